@@ -1,0 +1,94 @@
+# nodeagent: the two front-door commands are `make up` and `make test` (see README.md).
+# Every install step lives here or in the scripts it calls, so a fresh Debian 12 machine
+# (as root) needs nothing else. Caches live under ~/.cache/nodeagent.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_BASE ?= /usr/bin/python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/nodeagent
+STAMPS := $(CACHE)/stamps
+PYTEST := $(PY) -m pytest
+
+.PHONY: help
+help:
+	@echo "make up        set up everything and start a local single-node cluster with nodeagent as its node"
+	@echo "make down      stop and clean everything 'make up' started"
+	@echo "make test      the whole test suite (lint, types, unit, integration, system)"
+	@echo "make packages  build the .deb and .rpm into dist/"
+	@echo "make vm-test   only the VM system tests"
+
+# --- setup --------------------------------------------------------------------------------------
+
+HOST_PACKAGES := tests/harness/host-packages.txt
+HOST_STAMP := $(STAMPS)/host-$(shell sha256sum $(HOST_PACKAGES) 2>/dev/null | cut -c1-16)
+
+.PHONY: host-deps
+host-deps: $(HOST_STAMP)
+$(HOST_STAMP): $(HOST_PACKAGES)
+	@echo ">>> installing Debian packages listed in $(HOST_PACKAGES)"
+	tests/harness/install-host-packages.sh $(HOST_PACKAGES)
+	@mkdir -p $(STAMPS) && touch $@
+
+VENV_STAMP := $(VENV)/.stamp-$(shell cat requirements/*.txt pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+
+.PHONY: venv
+venv: $(VENV_STAMP)
+$(VENV_STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml | $(HOST_STAMP)
+	@echo ">>> creating $(VENV) with $(PYTHON_BASE)"
+	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# --- checks and tests ---------------------------------------------------------------------------
+
+.PHONY: lint
+lint: venv
+	$(VENV)/bin/ruff check nodeagent tests bench cri_protos
+	$(VENV)/bin/ruff format --check nodeagent tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+.PHONY: unit
+unit: venv
+	$(PYTEST) tests/unit -n auto -q
+
+.PHONY: integration
+integration: venv
+	$(PYTEST) tests/integration -q
+
+.PHONY: vm-test
+vm-test: venv packages
+	$(PYTEST) tests/system -q
+
+.PHONY: test
+test: host-deps venv lint unit integration vm-test
+
+# --- artefacts ----------------------------------------------------------------------------------
+
+.PHONY: packages
+packages: venv
+	packaging/build.sh
+
+.PHONY: gen
+gen: venv
+	cri_protos/generate.sh
+
+# --- local cluster ------------------------------------------------------------------------------
+
+.PHONY: up
+up: host-deps venv
+	PYTHONPATH=tests $(PY) -m harness up
+
+.PHONY: down
+down:
+	PYTHONPATH=tests $(PY) -m harness down
+
+.PHONY: clean
+clean:
+	rm -rf $(VENV) dist build *.egg-info

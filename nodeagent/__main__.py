@@ -1,0 +1,70 @@
+"""Command line: ``nodeagent run`` (the daemon), ``nodeagent config ...``, ``nodeagent version``.
+
+Each subcommand is registered by the package that owns it (``config.cli.register``) and sets
+``func``; this module only parses and dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from nodeagent import __version__, config
+from nodeagent.config import cli as config_cli
+from nodeagent.errors import ConfigError
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nodeagent",
+        description="The node half of Kubernetes: kubelet and kube-proxy in one daemon.",
+    )
+    parser.add_argument("--version", action="version", version=f"nodeagent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the node agent daemon")
+    config.add_flags(run)
+    run.set_defaults(func=_run)
+
+    config_cli.register(sub)
+
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    code: int = func(args)
+    return code
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(f"nodeagent {__version__}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nodeagent import agent, log
+
+    try:
+        cfg = config.resolve(args)
+    except ConfigError as e:
+        print(f"nodeagent: invalid configuration: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    log.setup(verbosity=cfg.kubelet.logging.verbosity, environ=os.environ)
+    return asyncio.run(agent.build(cfg, environ=os.environ).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

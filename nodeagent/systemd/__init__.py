@@ -1,0 +1,1 @@
+"""systemd integration: sd_notify and the watchdog."""
