@@ -60,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         cfg = config.resolve(args)
     except ConfigError as e:
-        print(f"nodeagent: invalid configuration: {e}", file=sys.stderr)
+        config_cli.report(e)
         return EXIT_USAGE
     log.setup(verbosity=cfg.kubelet.logging.verbosity, environ=os.environ)
     return asyncio.run(agent.build(cfg, environ=os.environ).run())

@@ -1,0 +1,29 @@
+"""Feature gates nodeagent understands (``kubelet.featureGates``), with their defaults.
+
+The defaults are those of the kubelet release nodeagent tracks. A gate not listed here is a
+configuration error, as it is for the kubelet ("unrecognized feature gate"). Managers receive
+the effective gates as a frozen mapping; nothing reads a process-global gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
+    {
+        "GracefulNodeShutdown": True,
+        "GracefulNodeShutdownBasedOnPodPriority": True,
+        "ImageMaximumGCAge": True,
+        "KubeletPSI": True,
+        "NodeSwap": True,
+        "RotateKubeletServerCertificate": True,
+        "SystemdWatchdog": True,
+    }
+)
+
+
+def effective(overrides: Mapping[str, bool]) -> Mapping[str, bool]:
+    """The defaults with ``overrides`` applied (unknown names are left to validation)."""
+    return MappingProxyType({**DEFAULTS, **overrides})

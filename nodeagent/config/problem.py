@@ -1,0 +1,104 @@
+"""What one configuration check found wrong, before it is located in a file or on a flag.
+
+Paths are written the way the user wrote the field: ``kubelet.maxPods``,
+``kubelet.shutdownGracePeriodByPodPriority[1].priority``,
+``kubelet.evictionHard["memory.available"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nodeagent.config.units import Duration
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: str
+    message: str
+    value: object = None
+    summary: str = ""  # the whole sentence, when "path: message" reads badly
+
+
+def child(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def item(path: str, index: int) -> str:
+    return f"{path}[{index}]"
+
+
+def entry(path: str, key: str) -> str:
+    return f"{path}[{json.dumps(key)}]"
+
+
+def field_path(path: str, name: str) -> str:
+    """A struct field (``a.name``) or, for names that are not identifiers, ``a["x.y"]``."""
+    return child(path, name) if name.isidentifier() else entry(path, name)
+
+
+def under(path: str, prefix: str) -> bool:
+    """True when ``path`` is ``prefix`` or one of its fields, items or entries."""
+    return path == prefix or path.startswith((prefix + ".", prefix + "["))
+
+
+def show(value: object) -> str:
+    """A value as the user would write it in YAML: ``"cgroupsfs"``, ``15s``, ``true``."""
+    if isinstance(value, Duration):
+        return str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def one_of(allowed: Sequence[object]) -> str:
+    return "one of " + ", ".join(show(a) for a in allowed)
+
+
+class Invalid(Exception):
+    """Internal: problems found while decoding or validating, not yet located."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{p.path}: {p.message}" for p in problems))
+
+
+class Findings:
+    """Collects problems; the ``check_*`` helpers word the common ones the same way."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def add(self, path: str, message: str, value: object = None, *, summary: str = "") -> None:
+        self.problems.append(Problem(path, message, value, summary))
+
+    def check(self, path: str, value: object, message: str | None) -> None:
+        """Record ``message`` (from a ``syntax.check_*`` function) unless it is ``None``."""
+        if message is not None:
+            self.add(path, f"{show(value)} {message}", value)
+
+    def in_range(self, path: str, value: int, low: int, high: int) -> None:
+        if not low <= value <= high:
+            self.add(path, f"{value} must be between {low} and {high}", value)
+
+    def at_least(self, path: str, value: int, low: int) -> None:
+        if value < low:
+            self.add(path, f"{value} must be >= {low}", value)
+
+    def positive(self, path: str, value: Duration) -> None:
+        if value.nanoseconds <= 0:
+            self.add(path, f"{value} must be greater than 0", value)
+
+    def not_negative(self, path: str, value: Duration) -> None:
+        if value.nanoseconds < 0:
+            self.add(path, f"{value} must not be negative", value)

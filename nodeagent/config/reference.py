@@ -1,0 +1,193 @@
+"""The Markdown configuration reference, generated from the schema (``docs/configuration.md``).
+
+Every leaf field must carry a description (``Annotated[..., doc("...")]``); a missing one is
+a ``ValueError`` here, so the reference test catches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from msgspec import NODEFAULT, inspect
+
+from nodeagent.config import features
+from nodeagent.config.flags import FLAGS
+from nodeagent.config.problem import show
+from nodeagent.config.schema import Config
+from nodeagent.config.units import Duration
+
+_HEADER = """\
+# Configuration reference
+
+<!-- Generated from nodeagent/config/schema*.py by `nodeagent config reference`.
+     Do not edit by hand: run `nodeagent config reference > docs/configuration.md`. -->
+
+nodeagent reads one YAML file, given with `--config` (the packages install
+`/etc/nodeagent/config.yaml`), then applies the kubelet-compatible flags below on top of it.
+Precedence: built-in defaults < file < flags. An empty file, or no file, means all defaults.
+
+```yaml
+apiVersion: nodeagent.io/v1alpha1
+kind: NodeAgentConfiguration
+node:          # the kubelet's flag-only settings
+  kubeconfig: /etc/nodeagent/kubeconfig
+kubelet:       # KubeletConfiguration field names and defaults
+  cgroupDriver: systemd
+proxy:         # kube-proxy (nftables mode) settings
+  clusterCIDR: 10.244.0.0/16
+```
+
+`nodeagent config show [--config FILE] [flags]` prints the effective configuration with every
+default; `nodeagent config validate` checks it (exit 0 when valid, 2 when not).
+
+Value syntax:
+- **duration**: Go/Kubernetes durations such as `300ms`, `10s`, `1m30s`, `2h` (units `ns`,
+  `us`, `ms`, `s`, `m`, `h`). A bare number is an error. Shown back in Go's form (`1m0s`).
+- **quantity**: Kubernetes quantities such as `100Mi`, `1Gi`, `500m`, `2`, `1e3`.
+- **labels**: `key: value` with Kubernetes label syntax; keys in the `kubernetes.io` and
+  `k8s.io` namespaces must be ones the kubelet may set (prefix `kubelet.kubernetes.io/` or
+  `node.kubernetes.io/`, or `kubernetes.io/hostname`, `topology.kubernetes.io/zone`, ...).
+- **paths** in the file must be absolute; relative paths on flags are taken from the
+  current directory.
+
+Errors name the field as written (`kubelet.shutdownGracePeriodByPodPriority[1].priority`), the
+file and line, the bad value and what is allowed; a field set by a flag is named by the flag
+(`--node-ip`). Unknown fields and fields written twice are errors. All value problems are
+reported in one run; a wrong type or unknown field is reported on its own, first.
+"""
+
+_RULES = """\
+## Rules across fields
+
+- `kubelet.shutdownGracePeriodCriticalPods` must be <= `kubelet.shutdownGracePeriod`; both are
+  0 or at least 1s.
+- `kubelet.shutdownGracePeriodByPodPriority` cannot be combined with `shutdownGracePeriod` or
+  `shutdownGracePeriodCriticalPods`; its priorities must be unique.
+- `kubelet.imageGCLowThresholdPercent` must be less than `imageGCHighThresholdPercent`; both
+  0-100. `imageMaximumGCAge`, when not 0, must be greater than `imageMinimumGCAge`.
+- `kubelet.nodeStatusReportFrequency` defaults to `nodeStatusUpdateFrequency` when only the
+  latter is set (as in the kubelet).
+- `kubelet.serializeImagePulls` defaults to false when `maxParallelImagePulls` > 1, and
+  `maxParallelImagePulls` > 1 requires `serializeImagePulls: false`.
+- `kubelet.memorySwap.swapBehavior: LimitedSwap` requires `kubelet.failSwapOn: false`. The Go
+  kubelet accepts the combination but then either refuses to start (swap on) or never gives
+  pods swap (swap off); nodeagent reports it as a configuration error instead.
+- `kubelet.enforceNodeAllocatable` needs `cgroupsPerQOS: true` (or `[]`/`[none]`);
+  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup`.
+- `kubelet.tlsCertFile` and `tlsPrivateKeyFile` are set together or not at all.
+- `proxy.minSyncPeriod` must be <= `proxy.syncPeriod`.
+- A non-empty file must have `apiVersion: nodeagent.io/v1alpha1` and
+  `kind: NodeAgentConfiguration`.
+"""
+
+
+def reference() -> str:
+    """The whole Markdown reference."""
+    config = inspect.type_info(Config)
+    assert isinstance(config, inspect.StructType)
+    parts = [_HEADER, _flags_table()]
+    for f in config.fields:
+        section = _unwrap(f.type)
+        if isinstance(section, inspect.StructType):
+            parts.append(_section(f.encode_name, section))
+    parts.append(_gates_table())
+    parts.append(_RULES)
+    return "\n".join(parts)
+
+
+def _flags_table() -> str:
+    rows = ["## Command-line flags", "", "| Flag | Overrides | Value |", "|---|---|---|"]
+    for flag in FLAGS:
+        names = ", ".join(f"`{n}`" for n in flag.names)
+        rows.append(f"| {names} | `{flag.path}` | `{flag.metavar}` |")
+    rows.append("")
+    rows.append(
+        "`--register-node` alone means true; `--register-node=false` turns registration off. "
+        "`--node-labels` and `--register-with-taints` may be repeated; `-v` takes `-v 2`, "
+        "`-v=2` or `--v=2`."
+    )
+    return "\n".join(rows) + "\n"
+
+
+def _gates_table() -> str:
+    rows = ["## Feature gates (`kubelet.featureGates`)", "", "| Gate | Default |", "|---|---|"]
+    rows += [f"| `{name}` | `{show(on)}` |" for name, on in features.DEFAULTS.items()]
+    return "\n".join(rows) + "\n\nAny other gate name is an error.\n"
+
+
+def _section(name: str, struct: inspect.StructType) -> str:
+    flag_of = {flag.path: flag.name for flag in FLAGS}
+    rows = [f"## `{name}:`", "", "| Field | Type | Default | Description |", "|---|---|---|---|"]
+    for path, typ, default, text in _leaves(name, struct, struct_default=None):
+        flag = f" Flag: `{flag_of[path]}`." if path in flag_of else ""
+        cells = (f"`{path}`", _type_name(typ), default, text + flag)
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _leaves(
+    prefix: str, struct: inspect.StructType, struct_default: Any
+) -> Iterator[tuple[str, inspect.Type, str, str]]:
+    for f in struct.fields:
+        path = f"{prefix}.{f.encode_name}"
+        typ = _unwrap(f.type)
+        default = _default(f, struct_default)
+        if isinstance(typ, inspect.StructType):
+            yield from _leaves(path, typ, default)
+            continue
+        yield path, typ, "required" if f.required else f"`{show(default)}`", _description(f)
+        item = _unwrap(typ.item_type) if isinstance(typ, inspect.VarTupleType) else None
+        if isinstance(item, inspect.StructType):
+            yield from _leaves(f"{path}[]", item, struct_default=None)
+
+
+def _default(f: inspect.Field, struct_default: Any) -> Any:
+    if struct_default is not None:
+        return getattr(struct_default, f.name)
+    if f.default is not NODEFAULT:
+        return f.default
+    if f.default_factory is not NODEFAULT:
+        return f.default_factory()
+    return None
+
+
+def _description(f: inspect.Field) -> str:
+    if isinstance(f.type, inspect.Metadata) and f.type.extra_json_schema:
+        text = f.type.extra_json_schema.get("description")
+        if isinstance(text, str):
+            return text
+    raise ValueError(f"field {f.encode_name!r} has no description (use doc(...))")
+
+
+def _unwrap(t: inspect.Type) -> inspect.Type:
+    while isinstance(t, inspect.Metadata):
+        t = t.type
+    return t
+
+
+def _type_name(t: inspect.Type) -> str:
+    t = _unwrap(t)
+    if isinstance(t, inspect.CustomType) and t.cls is Duration:
+        return "duration"
+    if isinstance(t, inspect.LiteralType):
+        return " | ".join(f"`{v}`" for v in t.values)
+    if isinstance(t, inspect.VarTupleType | inspect.ListType):
+        return f"list of {_type_name(t.item_type)}"
+    if isinstance(t, inspect.DictType):
+        return f"map of {_type_name(t.key_type)} to {_type_name(t.value_type)}"
+    if isinstance(t, inspect.UnionType):
+        return " or ".join(_type_name(u) for u in t.types)
+    if isinstance(t, inspect.StructType):
+        return "object"
+    names = {
+        inspect.IntType: "integer",
+        inspect.StrType: "string",
+        inspect.BoolType: "boolean",
+        inspect.NoneType: "null",
+    }
+    return names.get(type(t), type(t).__name__)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

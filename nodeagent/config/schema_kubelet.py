@@ -1,0 +1,251 @@
+"""The ``kubelet:`` section: KubeletConfiguration (kubelet.config.k8s.io/v1beta1) field names
+and defaults, for the subset nodeagent implements.
+
+Field names follow the kubelet's JSON names exactly (``clusterDNS``,
+``imageGCHighThresholdPercent``); the descriptions below are what ``nodeagent config reference``
+prints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, field
+
+from nodeagent.config.units import Duration
+
+
+def doc(text: str) -> Meta:
+    return Meta(description=text)
+
+
+def dur(text: str) -> Duration:
+    return Duration.parse(text)
+
+
+class Section(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class Taint(Section, frozen=True):
+    key: Annotated[str, doc("Taint key: `[prefix/]name`, like a label key.")]
+    effect: Annotated[
+        Literal["NoSchedule", "PreferNoSchedule", "NoExecute"], doc("What the taint does.")
+    ]
+    value: Annotated[str, doc("Optional taint value, with label-value syntax.")] = ""
+
+
+class ShutdownGracePeriodByPodPriority(Section, frozen=True):
+    priority: Annotated[int, doc("Lowest pod priority in this group.")]
+    shutdown_grace_period_seconds: Annotated[
+        int, doc("Seconds the pods of this group get to stop during node shutdown.")
+    ]
+
+
+class MemorySwapConfiguration(Section, frozen=True):
+    swap_behavior: Annotated[
+        Literal["NoSwap", "LimitedSwap"],
+        doc(
+            "`NoSwap`: pods get no swap. `LimitedSwap`: Burstable, non-critical pods get swap "
+            "in proportion to their memory request (requires `failSwapOn: false`)."
+        ),
+    ] = "NoSwap"
+
+
+class X509Authentication(Section, frozen=True):
+    client_ca_file: Annotated[
+        str, doc("CA bundle that signs client certificates accepted by the kubelet API.")
+    ] = field(name="clientCAFile", default="")
+
+
+class WebhookAuthentication(Section, frozen=True):
+    enabled: Annotated[bool, doc("Authenticate bearer tokens with a TokenReview.")] = True
+    cache_ttl: Annotated[Duration, doc("How long TokenReview results are cached.")] = field(
+        name="cacheTTL", default=dur("2m")
+    )
+
+
+class AnonymousAuthentication(Section, frozen=True):
+    enabled: Annotated[bool, doc("Treat unauthenticated requests as `system:anonymous`.")] = False
+
+
+class Authentication(Section, frozen=True):
+    x509: X509Authentication = X509Authentication()
+    webhook: WebhookAuthentication = WebhookAuthentication()
+    anonymous: AnonymousAuthentication = AnonymousAuthentication()
+
+
+class WebhookAuthorization(Section, frozen=True):
+    cache_authorized_ttl: Annotated[Duration, doc("Cache time for allowed decisions.")] = field(
+        name="cacheAuthorizedTTL", default=dur("5m")
+    )
+    cache_unauthorized_ttl: Annotated[Duration, doc("Cache time for denied decisions.")] = field(
+        name="cacheUnauthorizedTTL", default=dur("30s")
+    )
+
+
+class Authorization(Section, frozen=True):
+    mode: Annotated[
+        Literal["AlwaysAllow", "Webhook"],
+        doc("`Webhook` asks the API server with a SubjectAccessReview."),
+    ] = "Webhook"
+    webhook: WebhookAuthorization = WebhookAuthorization()
+
+
+class LoggingConfiguration(Section, frozen=True):
+    verbosity: Annotated[int, doc("Log verbosity, like the kubelet's `-v` (0 = least).")] = 0
+
+
+DEFAULT_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "15%",
+}
+
+
+class KubeletConfiguration(Section, frozen=True):
+    # --- pods and static pods -------------------------------------------------------------
+    sync_frequency: Annotated[Duration, doc("Max period between pod syncs.")] = dur("1m")
+    file_check_frequency: Annotated[Duration, doc("How often `staticPodPath` is re-read.")] = dur(
+        "20s"
+    )
+    static_pod_path: Annotated[
+        str, doc("Directory (absolute) of static pod manifests; empty disables static pods.")
+    ] = ""
+    max_pods: Annotated[int, doc("Most pods this node runs.")] = 110
+    pod_pids_limit: Annotated[int, doc("Max PIDs per pod; -1 means no pod-level limit.")] = -1
+    cluster_domain: Annotated[str, doc("DNS domain of the cluster (e.g. `cluster.local`).")] = ""
+    cluster_dns: Annotated[
+        tuple[str, ...], doc("DNS server IPs written into pods' resolv.conf.")
+    ] = field(name="clusterDNS", default=())
+    resolv_conf: Annotated[str, doc("Host resolver file used as the pods' DNS base.")] = (
+        "/etc/resolv.conf"
+    )
+    pod_logs_dir: Annotated[str, doc("Where container logs are written.")] = "/var/log/pods"
+    container_log_max_size: Annotated[
+        str, doc("Size at which a container log is rotated (quantity).")
+    ] = "10Mi"
+    container_log_max_files: Annotated[int, doc("Log files kept per container (at least 2).")] = 5
+    # --- server ---------------------------------------------------------------------------
+    address: Annotated[str, doc("IP the kubelet API listens on.")] = "0.0.0.0"
+    port: Annotated[int, doc("Port of the kubelet API (HTTPS).")] = 10250
+    healthz_port: Annotated[int, doc("Port of `/healthz`; 0 disables it.")] = 10248
+    healthz_bind_address: Annotated[str, doc("IP `/healthz` listens on.")] = "127.0.0.1"
+    tls_cert_file: Annotated[str, doc("Serving certificate; empty means self-signed.")] = ""
+    tls_private_key_file: Annotated[str, doc("Key of `tlsCertFile`.")] = ""
+    rotate_certificates: Annotated[
+        bool, doc("Renew the client certificate through CSRs before it expires.")
+    ] = False
+    server_tls_bootstrap: Annotated[
+        bool, doc("Request the serving certificate through a CSR (kubelet-serving signer).")
+    ] = field(name="serverTLSBootstrap", default=False)
+    authentication: Authentication = Authentication()
+    authorization: Authorization = Authorization()
+    # --- node status and lease ------------------------------------------------------------
+    register_node: Annotated[
+        bool, doc("Create the Node object on start; false = manual registration.")
+    ] = True
+    register_with_taints: Annotated[
+        tuple[Taint, ...], doc("Taints put on the Node when it is created.")
+    ] = ()
+    node_status_update_frequency: Annotated[Duration, doc("How often node status is computed.")] = (
+        dur("10s")
+    )
+    node_status_report_frequency: Annotated[
+        Duration,
+        doc(
+            "Max period between status patches when nothing changed. Defaults to "
+            "`nodeStatusUpdateFrequency` when only that one is set (kubelet rule)."
+        ),
+    ] = dur("5m")
+    node_status_max_images: Annotated[int, doc("Images listed in node status; -1 = all.")] = 50
+    node_lease_duration_seconds: Annotated[
+        int, doc("Lease duration; renewed every quarter of it.")
+    ] = 40
+    provider_id: Annotated[str, doc("`spec.providerID` of the Node.")] = field(
+        name="providerID", default=""
+    )
+    # --- images ---------------------------------------------------------------------------
+    image_minimum_gc_age: Annotated[
+        Duration, doc("Unused images younger than this are never removed.")
+    ] = field(name="imageMinimumGCAge", default=dur("2m"))
+    image_maximum_gc_age: Annotated[
+        Duration, doc("Unused images older than this are removed; 0 disables.")
+    ] = field(name="imageMaximumGCAge", default=dur("0s"))
+    image_gc_high_threshold_percent: Annotated[
+        int, doc("Disk usage (%) that starts image GC; 100 disables it.")
+    ] = field(name="imageGCHighThresholdPercent", default=85)
+    image_gc_low_threshold_percent: Annotated[
+        int, doc("Disk usage (%) image GC frees down to.")
+    ] = field(name="imageGCLowThresholdPercent", default=80)
+    serialize_image_pulls: Annotated[
+        bool,
+        doc("Pull one image at a time. Defaults to false when `maxParallelImagePulls` > 1."),
+    ] = True
+    max_parallel_image_pulls: Annotated[
+        int | None, doc("Max parallel pulls; null = 1 if serialized, else unlimited.")
+    ] = None
+    # --- runtime and cgroups --------------------------------------------------------------
+    container_runtime_endpoint: Annotated[str, doc("CRI runtime socket URL.")] = (
+        "unix:///run/containerd/containerd.sock"
+    )
+    image_service_endpoint: Annotated[
+        str, doc("CRI image service socket; empty = `containerRuntimeEndpoint`.")
+    ] = ""
+    runtime_request_timeout: Annotated[
+        Duration, doc("Timeout of CRI calls (except pulls, logs, exec).")
+    ] = dur("2m")
+    cgroup_driver: Annotated[
+        Literal["cgroupfs", "systemd"], doc("How pod cgroups are created (`systemd`: slices).")
+    ] = "cgroupfs"
+    cgroups_per_qos: Annotated[
+        bool, doc("Create the QoS cgroup hierarchy (kubepods, burstable, besteffort).")
+    ] = field(name="cgroupsPerQOS", default=True)
+    cgroup_root: Annotated[str, doc("Root cgroup for pods; empty = the driver's default.")] = ""
+    fail_cgroup_v1: Annotated[
+        bool, doc("Refuse to start on a cgroup v1 host (kubelet default since 1.35).")
+    ] = field(name="failCgroupV1", default=True)
+    # --- resources, eviction, swap --------------------------------------------------------
+    kube_reserved: Annotated[
+        dict[str, str], doc("Resources (cpu, memory, ephemeral-storage, pid) kept for node agents.")
+    ] = field(default_factory=dict)
+    system_reserved: Annotated[
+        dict[str, str], doc("Resources (cpu, memory, ephemeral-storage, pid) kept for the OS.")
+    ] = field(default_factory=dict)
+    kube_reserved_cgroup: Annotated[
+        str, doc("Cgroup enforcing `kubeReserved` when listed in `enforceNodeAllocatable`.")
+    ] = ""
+    system_reserved_cgroup: Annotated[
+        str, doc("Cgroup enforcing `systemReserved` when listed in `enforceNodeAllocatable`.")
+    ] = ""
+    enforce_node_allocatable: Annotated[
+        tuple[str, ...],
+        doc("Levels to enforce: `pods`, `system-reserved`, `kube-reserved`, or `none`."),
+    ] = ("pods",)
+    eviction_hard: Annotated[
+        dict[str, str],
+        doc("Hard eviction thresholds: signal to quantity or percentage. Replaces the defaults."),
+    ] = field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    eviction_pressure_transition_period: Annotated[
+        Duration, doc("How long a pressure condition stays after the signal clears.")
+    ] = dur("5m")
+    fail_swap_on: Annotated[bool, doc("Refuse to start when swap is on.")] = True
+    memory_swap: MemorySwapConfiguration = MemorySwapConfiguration()
+    # --- graceful node shutdown -----------------------------------------------------------
+    shutdown_grace_period: Annotated[
+        Duration, doc("Total time node shutdown is delayed for pods; 0 disables (>= 1s).")
+    ] = dur("0s")
+    shutdown_grace_period_critical_pods: Annotated[
+        Duration, doc("Part of `shutdownGracePeriod` kept for critical pods.")
+    ] = dur("0s")
+    shutdown_grace_period_by_pod_priority: Annotated[
+        tuple[ShutdownGracePeriodByPodPriority, ...],
+        doc("Per-priority shutdown budgets; exclusive with `shutdownGracePeriod`."),
+    ] = ()
+    # --- misc -----------------------------------------------------------------------------
+    logging: LoggingConfiguration = LoggingConfiguration()
+    feature_gates: Annotated[
+        dict[str, bool], doc("Feature gates by name (see the list below).")
+    ] = field(default_factory=dict)

@@ -1,0 +1,197 @@
+"""Kubernetes value syntaxes: durations, resource quantities, percentages, Go booleans.
+
+``Duration`` reads and writes Go's ``time.Duration`` text (``300ms``, ``10s``, ``1m30s``,
+``2h0m0s``), as ``metav1.Duration`` does in KubeletConfiguration. Parsers raise ``ValueError``
+with a message saying what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from typing import Final, final
+
+_NS_PER: Final = {
+    "ns": 1,
+    "us": 1_000,
+    "\u00b5s": 1_000,  # micro sign
+    "\u03bcs": 1_000,  # Greek mu
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_INT64_MAX: Final = 2**63 - 1
+DURATION_HELP: Final = "a duration such as 300ms, 10s, 1m30s or 2h (units ns, us, ms, s, m, h)"
+
+
+@final
+class Duration:
+    """A span of time with nanosecond precision, written like a Go ``time.Duration``.
+
+    Immutable, hashable and ordered. (Deliberately not a dataclass: msgspec would encode a
+    dataclass as a mapping instead of as ``10s``.)
+    """
+
+    __slots__ = ("_ns",)
+
+    def __init__(self, nanoseconds: int) -> None:
+        self._ns = nanoseconds
+
+    @property
+    def nanoseconds(self) -> int:
+        return self._ns
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Duration) and other._ns == self._ns
+
+    def __hash__(self) -> int:
+        return hash(self._ns)
+
+    def __lt__(self, other: Duration) -> bool:
+        return self._ns < other._ns
+
+    def __le__(self, other: Duration) -> bool:
+        return self._ns <= other._ns
+
+    def __gt__(self, other: Duration) -> bool:
+        return self._ns > other._ns
+
+    def __ge__(self, other: Duration) -> bool:
+        return self._ns >= other._ns
+
+    @classmethod
+    def parse(cls, text: str) -> Duration:
+        """Parse Go duration syntax; ``ValueError`` if ``text`` is not one."""
+        body = text
+        sign = 1
+        if body and body[0] in "+-":
+            sign = -1 if body[0] == "-" else 1
+            body = body[1:]
+        if body == "0":
+            return cls(0)
+        pos = 0
+        total = Fraction(0)
+        while pos < len(body):
+            m = _DURATION_PART.match(body, pos)
+            if m is None:
+                break
+            total += Fraction(m.group(1)) * _NS_PER[m.group(2)]
+            pos = m.end()
+        if not body or pos != len(body):
+            raise ValueError(f"{json.dumps(text)} is not {DURATION_HELP}")
+        ns = int(total)  # truncates toward zero, like Go
+        if ns > _INT64_MAX:
+            raise ValueError(
+                f"{json.dumps(text)} is out of range (at most 2562047h47m16.854775807s)"
+            )
+        return cls(sign * ns)
+
+    @classmethod
+    def of(
+        cls, *, hours: int = 0, minutes: int = 0, seconds: float = 0, milliseconds: int = 0
+    ) -> Duration:
+        """Build from parts; fractional seconds are rounded to the nearest nanosecond."""
+        total = Fraction(hours * 3600 + minutes * 60) + Fraction(seconds)
+        return cls(round(total * 1_000_000_000) + milliseconds * 1_000_000)
+
+    @property
+    def seconds(self) -> float:
+        """The duration in (fractional) seconds, for ``asyncio.sleep`` and timeouts."""
+        return self.nanoseconds / 1_000_000_000
+
+    def __str__(self) -> str:
+        return format_go_duration(self.nanoseconds)
+
+    def __repr__(self) -> str:
+        return f"Duration({str(self)!r})"
+
+
+def _fraction(value: int, unit: int) -> str:
+    whole, rest = divmod(value, unit)
+    if not rest:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{rest:0{digits}d}".rstrip("0")
+
+
+def format_go_duration(ns: int) -> str:
+    """Go's ``time.Duration.String()``: ``0s``, ``300ms``, ``1.5s``, ``1m30s``, ``2h0m0s``."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    u = abs(ns)
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{_fraction(u, 1_000)}\u00b5s"
+    if u < 1_000_000_000:
+        return f"{sign}{_fraction(u, 1_000_000)}ms"
+    hours, rest = divmod(u, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    secs = _fraction(rest, 1_000_000_000)
+    if hours:
+        return f"{sign}{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{sign}{minutes}m{secs}s"
+    return f"{sign}{secs}s"
+
+
+_QUANTITY = re.compile(
+    r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?"
+)
+_SUFFIX: Final = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+QUANTITY_HELP: Final = "a quantity such as 100Mi, 1Gi, 500m, 2 or 1e3"
+
+
+def parse_quantity(text: str) -> Fraction:
+    """Parse a Kubernetes resource quantity (``100Mi``, ``500m``, ``1e3``) exactly."""
+    m = _QUANTITY.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{json.dumps(text)} is not {QUANTITY_HELP}")
+    number = Fraction(m.group(1))
+    suffix = m.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return number * Fraction(10) ** int(suffix[1:])
+    return number * _SUFFIX[suffix]
+
+
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
+
+
+def parse_percentage(text: str) -> Fraction | None:
+    """``"10%"`` -> 10; ``None`` when ``text`` is not a percentage at all."""
+    m = _PERCENT.fullmatch(text.strip())
+    return Fraction(m.group(1)) if m else None
+
+
+_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool``, as kubelet boolean flags accept it."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise ValueError(f"{json.dumps(text)} is not a boolean (true or false)")
