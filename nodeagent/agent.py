@@ -83,13 +83,15 @@ class Agent:
                     loop.remove_signal_handler(sig)
 
     async def _run(self) -> int:
-        self._log.info("Starting nodeagent", version=__version__,
-                       managers=",".join(m.name for m in self._managers))
+        self._log.info(
+            "Starting nodeagent",
+            version=__version__,
+            managers=",".join(m.name for m in self._managers),
+        )
         self._notifier.status("starting")
         async with asyncio.TaskGroup() as tg:
             tasks = [
-                tg.create_task(self._supervise(m), name=f"manager:{m.name}")
-                for m in self._managers
+                tg.create_task(self._supervise(m), name=f"manager:{m.name}") for m in self._managers
             ]
             watchdog = None
             if self._watchdog_interval:
@@ -134,7 +136,8 @@ class Agent:
             if not done:
                 self._log.error(
                     "Manager did not stop in time; exiting hard",
-                    manager=manager.name, timeout_s=self._stop_timeout,
+                    manager=manager.name,
+                    timeout_s=self._stop_timeout,
                 )
                 self._hard_exit(EXIT_STOP_TIMEOUT)
             self._log.v(2).info("Manager stopped", manager=manager.name)
