@@ -1,0 +1,1 @@
+"""Protocol definitions spoken by nodeagent (generated stubs live under runtime/v1)."""

@@ -1,0 +1,1 @@
+"""CRI: the Kubernetes Container Runtime Interface."""

@@ -1,0 +1,374 @@
+"""CRI runtime.v1 client over a unix socket with ``grpc.aio``.
+
+One channel serves both RuntimeService and ImageService. Every unary call gets a deadline, as
+the kubelet's cri-client sets one: ``runtime_request_timeout`` (2m) by default, twice that for
+RunPodSandbox, the grace period on top for StopContainer and the exec timeout on top for
+ExecSync; PullImage and the event stream have none. gRPC failures become the typed errors of
+``errors.py`` naming the RPC and the endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final, TypeVar, final
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.kuberuntime.endpoint import (
+    RUNTIME_REQUEST_TIMEOUT,
+    Endpoint,
+    channel_options,
+    parse_endpoint,
+)
+from nodeagent.kuberuntime.errors import CriError, cri_error
+from nodeagent.kuberuntime.service import ImageService, RuntimeService
+from nodeagent.kuberuntime.types import (
+    AuthConfig,
+    Container,
+    ContainerConfig,
+    ContainerEventResponse,
+    ContainerFilter,
+    ContainerStatusResponse,
+    ExecSyncResponse,
+    Image,
+    ImageFilter,
+    ImageFsInfoResponse,
+    ImageSpec,
+    ImageStatusResponse,
+    PodSandbox,
+    PodSandboxConfig,
+    PodSandboxFilter,
+    PodSandboxStatusResponse,
+    RuntimeConfigResponse,
+    StatusResponse,
+    VersionResponse,
+    as_image_spec,
+)
+
+R = TypeVar("R", bound=Message)
+
+PROTO_PACKAGE: Final = "runtime.v1"
+RUNTIME: Final = "RuntimeService"
+IMAGES: Final = "ImageService"
+
+# grpc.StatusCode names as Go's codes.Code.String() spells them (kubelet message format).
+_GO_CODE_NAMES: Final = {"OK": "OK", "CANCELLED": "Canceled"}
+
+
+def go_code_name(code: grpc.StatusCode | None) -> str:
+    if code is None:
+        return "Unknown"
+    name: str = code.name
+    return _GO_CODE_NAMES.get(name) or "".join(p.capitalize() for p in name.split("_"))
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def translate(exc: grpc.aio.AioRpcError, *, rpc: str, endpoint: str) -> CriError:
+    """The typed CriError for a failed gRPC call."""
+    return cri_error(
+        rpc=rpc, endpoint=endpoint, code=go_code_name(exc.code()), details=exc.details() or ""
+    )
+
+
+@final
+class CriClient:
+    """Implements ``RuntimeService`` and ``ImageService``. Create with :func:`connect`."""
+
+    def __init__(
+        self,
+        *,
+        endpoint: Endpoint,
+        channel: grpc.aio.Channel,
+        runtime_request_timeout: float = RUNTIME_REQUEST_TIMEOUT,
+    ) -> None:
+        self._endpoint = endpoint
+        self._channel = channel
+        self._timeout = runtime_request_timeout
+        self._methods: dict[str, Any] = {}
+        # Set by connect() once Version("v1") has been validated.
+        self.version_info: VersionResponse | None = None
+
+    @classmethod
+    def open(
+        cls, endpoint: str, *, runtime_request_timeout: float = RUNTIME_REQUEST_TIMEOUT
+    ) -> CriClient:
+        """A client on a new channel; no I/O yet. Call from inside the event loop."""
+        ep = parse_endpoint(endpoint)
+        channel = grpc.aio.insecure_channel(ep.target, options=channel_options())
+        return cls(endpoint=ep, channel=channel, runtime_request_timeout=runtime_request_timeout)
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint.display
+
+    @property
+    def runtime_request_timeout(self) -> float:
+        return self._timeout
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> CriClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _method(self, service: str, rpc: str, response_type: type[Message], stream: bool) -> Any:
+        """The gRPC multi-callable for ``/runtime.v1.<service>/<rpc>``, made once."""
+        method = self._methods.get(rpc)
+        if method is None:
+            factory = self._channel.unary_stream if stream else self._channel.unary_unary
+            method = factory(
+                f"/{PROTO_PACKAGE}.{service}/{rpc}",
+                request_serializer=_serialize,
+                response_deserializer=response_type.FromString,
+            )
+            self._methods[rpc] = method
+        return method
+
+    async def _call(
+        self,
+        service: str,
+        rpc: str,
+        request: Message,
+        response_type: type[R],
+        *,
+        deadline: float | None,
+    ) -> R:
+        method = self._method(service, rpc, response_type, stream=False)
+        try:
+            response = await method(request, timeout=deadline)
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, rpc=rpc, endpoint=self.endpoint) from exc
+        if not isinstance(response, response_type):  # pragma: no cover - deserializer above
+            raise TypeError(f"{rpc} returned {type(response).__name__}")
+        return response
+
+    # RuntimeService ----------------------------------------------------------------------
+
+    async def version(self, api_version: str = "v1") -> VersionResponse:
+        request = api.VersionRequest(version=api_version)
+        return await self._call(
+            RUNTIME, "Version", request, VersionResponse, deadline=self._timeout
+        )
+
+    async def status(self, *, verbose: bool = False) -> StatusResponse:
+        request = api.StatusRequest(verbose=verbose)
+        return await self._call(RUNTIME, "Status", request, StatusResponse, deadline=self._timeout)
+
+    async def runtime_config(self) -> RuntimeConfigResponse:
+        request = api.RuntimeConfigRequest()
+        return await self._call(
+            RUNTIME, "RuntimeConfig", request, RuntimeConfigResponse, deadline=self._timeout
+        )
+
+    async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:
+        request = api.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler)
+        response = await self._call(
+            RUNTIME,
+            "RunPodSandbox",
+            request,
+            api.RunPodSandboxResponse,
+            deadline=2 * self._timeout,
+        )
+        return response.pod_sandbox_id
+
+    async def stop_pod_sandbox(self, pod_sandbox_id: str) -> None:
+        request = api.StopPodSandboxRequest(pod_sandbox_id=pod_sandbox_id)
+        await self._call(
+            RUNTIME,
+            "StopPodSandbox",
+            request,
+            api.StopPodSandboxResponse,
+            deadline=self._timeout,
+        )
+
+    async def remove_pod_sandbox(self, pod_sandbox_id: str) -> None:
+        request = api.RemovePodSandboxRequest(pod_sandbox_id=pod_sandbox_id)
+        await self._call(
+            RUNTIME,
+            "RemovePodSandbox",
+            request,
+            api.RemovePodSandboxResponse,
+            deadline=self._timeout,
+        )
+
+    async def pod_sandbox_status(
+        self, pod_sandbox_id: str, *, verbose: bool = False
+    ) -> PodSandboxStatusResponse:
+        request = api.PodSandboxStatusRequest(pod_sandbox_id=pod_sandbox_id, verbose=verbose)
+        return await self._call(
+            RUNTIME,
+            "PodSandboxStatus",
+            request,
+            PodSandboxStatusResponse,
+            deadline=self._timeout,
+        )
+
+    async def list_pod_sandbox(self, filter: PodSandboxFilter | None = None) -> list[PodSandbox]:
+        request = api.ListPodSandboxRequest(filter=filter)
+        response = await self._call(
+            RUNTIME,
+            "ListPodSandbox",
+            request,
+            api.ListPodSandboxResponse,
+            deadline=self._timeout,
+        )
+        return list(response.items)
+
+    async def create_container(
+        self, pod_sandbox_id: str, config: ContainerConfig, sandbox_config: PodSandboxConfig
+    ) -> str:
+        request = api.CreateContainerRequest(
+            pod_sandbox_id=pod_sandbox_id, config=config, sandbox_config=sandbox_config
+        )
+        response = await self._call(
+            RUNTIME,
+            "CreateContainer",
+            request,
+            api.CreateContainerResponse,
+            deadline=self._timeout,
+        )
+        return response.container_id
+
+    async def start_container(self, container_id: str) -> None:
+        request = api.StartContainerRequest(container_id=container_id)
+        await self._call(
+            RUNTIME,
+            "StartContainer",
+            request,
+            api.StartContainerResponse,
+            deadline=self._timeout,
+        )
+
+    async def stop_container(self, container_id: str, grace_period: int) -> None:
+        request = api.StopContainerRequest(container_id=container_id, timeout=grace_period)
+        await self._call(
+            RUNTIME,
+            "StopContainer",
+            request,
+            api.StopContainerResponse,
+            deadline=self._timeout + max(grace_period, 0),
+        )
+
+    async def remove_container(self, container_id: str) -> None:
+        request = api.RemoveContainerRequest(container_id=container_id)
+        await self._call(
+            RUNTIME,
+            "RemoveContainer",
+            request,
+            api.RemoveContainerResponse,
+            deadline=self._timeout,
+        )
+
+    async def list_containers(self, filter: ContainerFilter | None = None) -> list[Container]:
+        request = api.ListContainersRequest(filter=filter)
+        response = await self._call(
+            RUNTIME,
+            "ListContainers",
+            request,
+            api.ListContainersResponse,
+            deadline=self._timeout,
+        )
+        return list(response.containers)
+
+    async def container_status(
+        self, container_id: str, *, verbose: bool = False
+    ) -> ContainerStatusResponse:
+        request = api.ContainerStatusRequest(container_id=container_id, verbose=verbose)
+        return await self._call(
+            RUNTIME,
+            "ContainerStatus",
+            request,
+            ContainerStatusResponse,
+            deadline=self._timeout,
+        )
+
+    async def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout_seconds: int
+    ) -> ExecSyncResponse:
+        request = api.ExecSyncRequest(
+            container_id=container_id, cmd=list(cmd), timeout=timeout_seconds
+        )
+        deadline = self._timeout + timeout_seconds if timeout_seconds > 0 else None
+        return await self._call(RUNTIME, "ExecSync", request, ExecSyncResponse, deadline=deadline)
+
+    async def get_container_events(self) -> AsyncIterator[ContainerEventResponse]:
+        method = self._method(RUNTIME, "GetContainerEvents", ContainerEventResponse, stream=True)
+        call = method(api.GetEventsRequest())
+        try:
+            async for event in call:
+                if isinstance(event, ContainerEventResponse):
+                    yield event
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, rpc="GetContainerEvents", endpoint=self.endpoint) from exc
+        finally:
+            call.cancel()
+
+    # ImageService ------------------------------------------------------------------------
+
+    async def list_images(self, filter: ImageFilter | None = None) -> list[Image]:
+        request = api.ListImagesRequest(filter=filter)
+        response = await self._call(
+            IMAGES, "ListImages", request, api.ListImagesResponse, deadline=self._timeout
+        )
+        return list(response.images)
+
+    async def image_status(
+        self, image: str | ImageSpec, *, verbose: bool = False
+    ) -> ImageStatusResponse:
+        spec = as_image_spec(image)
+        request = api.ImageStatusRequest(image=spec, verbose=verbose)
+        response = await self._call(
+            IMAGES, "ImageStatus", request, ImageStatusResponse, deadline=self._timeout
+        )
+        if response.HasField("image") and (not response.image.id or not response.image.size):
+            # The kubelet refuses such an answer too; a present image always has both.
+            details = f'Id or size of image "{spec.image}" is not set'
+            raise CriError(
+                f'CRI ImageStatus on endpoint "{self.endpoint}": {details}',
+                rpc="ImageStatus",
+                endpoint=self.endpoint,
+                code="OK",
+                details=details,
+            )
+        return response
+
+    async def pull_image(
+        self,
+        image: str | ImageSpec,
+        *,
+        auth: AuthConfig | None = None,
+        sandbox_config: PodSandboxConfig | None = None,
+    ) -> str:
+        request = api.PullImageRequest(
+            image=as_image_spec(image), auth=auth, sandbox_config=sandbox_config
+        )
+        # No deadline: the kubelet lets a pull run as long as it makes progress.
+        response = await self._call(
+            IMAGES, "PullImage", request, api.PullImageResponse, deadline=None
+        )
+        return response.image_ref
+
+    async def remove_image(self, image: str | ImageSpec) -> None:
+        request = api.RemoveImageRequest(image=as_image_spec(image))
+        await self._call(
+            IMAGES, "RemoveImage", request, api.RemoveImageResponse, deadline=self._timeout
+        )
+
+    async def image_fs_info(self) -> ImageFsInfoResponse:
+        request = api.ImageFsInfoRequest()
+        return await self._call(
+            IMAGES, "ImageFsInfo", request, ImageFsInfoResponse, deadline=self._timeout
+        )
+
+
+def _satisfies_protocols(client: CriClient) -> tuple[RuntimeService, ImageService]:
+    return client, client  # mypy checks CriClient against both protocols here

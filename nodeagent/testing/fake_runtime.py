@@ -1,0 +1,498 @@
+"""An in-memory container runtime implementing the CRI ``RuntimeService`` and ``ImageService``.
+
+It behaves like containerd where callers can tell: ids are 64 hex digits, sandboxes get pod IPs
+(none with host networking), removal is idempotent, unknown ids raise ``CriNotFound``, a second
+container with the same name and attempt in a sandbox is refused, images must be present (or
+pullable from ``registry``) before a container uses them. Tests drive what containerd would do
+on its own with ``exit_container`` and script failures with ``inject_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import itertools
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import final
+
+from nodeagent.clock import Clock, FrozenClock
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.errors import CriError, cri_error
+from nodeagent.kuberuntime.imageref import normalize_image_ref
+from nodeagent.kuberuntime.service import ImageService, RuntimeService
+
+ExecHandler = Callable[[str, Sequence[str]], cri.ExecSyncResponse]
+NODE = 2  # NamespaceMode.NODE: host networking
+IMAGE_FS_MOUNTPOINT = "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs"
+
+
+@dataclass(slots=True)
+class _Sandbox:
+    id: str
+    config: cri.PodSandboxConfig
+    runtime_handler: str
+    created_at: int
+    ip: str
+    state: cri.PodSandboxState = cri.SANDBOX_READY
+
+
+@dataclass(slots=True)
+class _Container:
+    id: str
+    sandbox_id: str
+    config: cri.ContainerConfig
+    image: cri.Image
+    created_at: int
+    state: cri.ContainerState = cri.CONTAINER_CREATED
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class _FakeImages:
+    """The ImageService half: present images by id, and a registry they can be pulled from."""
+
+    def __init__(self, *, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.calls: list[str] = []
+        self.pulls: list[str] = []
+        self.registry: dict[str, int] = {}  # normalised reference -> size in bytes
+        self._images: dict[str, cri.Image] = {}
+
+    def _enter(self, rpc: str) -> None:
+        self.calls.append(rpc)
+
+    def _error(self, rpc: str, code: str, details: str) -> CriError:
+        return cri_error(rpc=rpc, endpoint=self.endpoint, code=code, details=details)
+
+    def publish(self, ref: str, *, size: int = 1_000_000) -> None:
+        """Make ``ref`` pullable."""
+        self.registry[normalize_image_ref(ref)] = size
+
+    def add_image(self, ref: str, *, size: int = 1_000_000, pinned: bool = False) -> cri.Image:
+        """Make ``ref`` present, as if pulled earlier (``pinned`` like the sandbox image)."""
+        name = normalize_image_ref(ref)
+        digest = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+        repo = name.rsplit(":", 1)[0] if "@" not in name else name.split("@", 1)[0]
+        image = cri.Image(
+            id="sha256:" + hashlib.sha256(digest.encode()).hexdigest(),
+            repo_tags=[] if "@" in name else [name],
+            repo_digests=[f"{repo}@{digest}"],
+            size=size,
+            pinned=pinned,
+        )
+        self._images[image.id] = image
+        return image
+
+    def find_image(self, ref: str) -> cri.Image | None:
+        """The present image that ``ref`` (id, tag or digest reference) names."""
+        if ref in self._images:
+            return self._images[ref]
+        try:
+            name = normalize_image_ref(ref)
+        except ValueError:
+            return None
+        for image in self._images.values():
+            if name in image.repo_tags or name in image.repo_digests:
+                return image
+        return None
+
+    async def list_images(self, filter: cri.ImageFilter | None = None) -> list[cri.Image]:
+        self._enter("ListImages")
+        wanted = filter.image.image if filter and filter.image.image else ""
+        if wanted:
+            found = self.find_image(wanted)
+            return [found] if found else []
+        return list(self._images.values())
+
+    async def image_status(
+        self, image: str | cri.ImageSpec, *, verbose: bool = False
+    ) -> cri.ImageStatusResponse:
+        self._enter("ImageStatus")
+        found = self.find_image(cri.as_image_spec(image).image)
+        return cri.ImageStatusResponse(image=found) if found else cri.ImageStatusResponse()
+
+    async def pull_image(
+        self,
+        image: str | cri.ImageSpec,
+        *,
+        auth: cri.AuthConfig | None = None,
+        sandbox_config: cri.PodSandboxConfig | None = None,
+    ) -> str:
+        self._enter("PullImage")
+        ref = cri.as_image_spec(image).image
+        name = normalize_image_ref(ref)
+        if name not in self.registry:
+            raise self._error(
+                "PullImage",
+                "NotFound",
+                f'failed to pull and unpack image "{name}": failed to resolve reference'
+                f' "{name}": {name}: not found',
+            )
+        self.pulls.append(name)
+        return (self.find_image(name) or self.add_image(name, size=self.registry[name])).id
+
+    async def remove_image(self, image: str | cri.ImageSpec) -> None:
+        self._enter("RemoveImage")
+        found = self.find_image(cri.as_image_spec(image).image)
+        if found is not None:
+            del self._images[found.id]
+
+    async def image_fs_info(self) -> cri.ImageFsInfoResponse:
+        self._enter("ImageFsInfo")
+        usage = cri.FilesystemUsage()
+        usage.fs_id.mountpoint = IMAGE_FS_MOUNTPOINT
+        usage.used_bytes.value = sum(image.size for image in self._images.values())
+        usage.inodes_used.value = len(self._images)
+        return cri.ImageFsInfoResponse(image_filesystems=[usage])
+
+
+@final
+class FakeRuntime(_FakeImages):
+    """Implements ``RuntimeService`` and ``ImageService`` in memory."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        endpoint: str = "unix:///run/fake-cri.sock",
+        runtime_name: str = "fake",
+        runtime_version: str = "1.0.0",
+        exec_handler: ExecHandler | None = None,
+    ) -> None:
+        super().__init__(endpoint=endpoint)
+        self._clock = clock or FrozenClock()
+        self.version_response = cri.VersionResponse(
+            version="0.1.0",
+            runtime_name=runtime_name,
+            runtime_version=runtime_version,
+            runtime_api_version="v1",
+        )
+        self.runtime_ready = True
+        self.network_ready = True
+        self.cgroup_driver = 1  # CGROUPFS; 0 is SYSTEMD
+        self.stop_exit_code = 137
+        self.grace_periods: dict[str, int] = {}  # StopContainer timeouts received
+        self.exec_handler = exec_handler or (lambda _cid, _cmd: cri.ExecSyncResponse(exit_code=0))
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._containers: dict[str, _Container] = {}
+        self._ids = itertools.count(1)
+        self._ips = itertools.count(2)
+        self._injected: defaultdict[str, deque[CriError]] = defaultdict(deque)
+        self._subscribers: list[asyncio.Queue[cri.ContainerEventResponse]] = []
+
+    # Test controls -------------------------------------------------------------------------
+
+    def inject_error(self, rpc: str, error: CriError) -> None:
+        """Make the next call of ``rpc`` (CRI name, e.g. "StartContainer") raise ``error``."""
+        self._injected[rpc].append(error)
+
+    def exit_container(
+        self, container_id: str, *, exit_code: int, reason: str = "", message: str = ""
+    ) -> None:
+        """The container's process ends on its own (or is OOM-killed: reason "OOMKilled")."""
+        ctr = self._container(container_id, rpc="exit_container")
+        self._finish(ctr, exit_code=exit_code, reason=reason, message=message)
+
+    @property
+    def sandbox_ids(self) -> list[str]:
+        return list(self._sandboxes)
+
+    @property
+    def container_ids(self) -> list[str]:
+        return list(self._containers)
+
+    # Helpers -------------------------------------------------------------------------------
+
+    def _enter(self, rpc: str) -> None:
+        super()._enter(rpc)
+        if self._injected[rpc]:
+            raise self._injected[rpc].popleft()
+
+    def _now(self) -> int:
+        return int(self._clock.now().timestamp() * 1_000_000_000)
+
+    def _new_id(self, kind: str) -> str:
+        return hashlib.sha256(f"{kind}-{next(self._ids)}".encode()).hexdigest()
+
+    def _missing(self, rpc: str, kind: str, object_id: str) -> CriError:
+        details = f'an error occurred when try to find {kind} "{object_id}": not found'
+        return self._error(rpc, "NotFound", details)
+
+    def _sandbox(self, sandbox_id: str, *, rpc: str) -> _Sandbox:
+        if (sandbox := self._sandboxes.get(sandbox_id)) is None:
+            raise self._missing(rpc, "sandbox", sandbox_id)
+        return sandbox
+
+    def _container(self, container_id: str, *, rpc: str) -> _Container:
+        if (ctr := self._containers.get(container_id)) is None:
+            raise self._missing(rpc, "container", container_id)
+        return ctr
+
+    def _finish(
+        self, ctr: _Container, *, exit_code: int, reason: str = "", message: str = ""
+    ) -> None:
+        if ctr.state == cri.CONTAINER_EXITED:
+            return
+        ctr.state = cri.CONTAINER_EXITED
+        ctr.finished_at = self._now()
+        ctr.exit_code = exit_code
+        ctr.reason = reason or ("Completed" if exit_code == 0 else "Error")
+        ctr.message = message
+        self._emit(ctr, cri.CONTAINER_STOPPED_EVENT)
+
+    def _emit(self, ctr: _Container, kind: cri.ContainerEventType) -> None:
+        sandbox = self._sandboxes.get(ctr.sandbox_id)
+        event = cri.ContainerEventResponse(
+            container_id=ctr.id,
+            container_event_type=kind,
+            created_at=self._now(),
+            pod_sandbox_status=self._sandbox_status(sandbox) if sandbox else None,
+            containers_statuses=[
+                self._container_status(c)
+                for c in self._containers.values()
+                if c.sandbox_id == ctr.sandbox_id
+            ],
+        )
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    def _sandbox_status(self, sb: _Sandbox) -> cri.PodSandboxStatus:
+        return cri.PodSandboxStatus(
+            id=sb.id,
+            metadata=sb.config.metadata,
+            state=sb.state,
+            created_at=sb.created_at,
+            network=cri.PodSandboxNetworkStatus(ip=sb.ip),
+            labels=dict(sb.config.labels),
+            annotations=dict(sb.config.annotations),
+            runtime_handler=sb.runtime_handler,
+        )
+
+    def _container_status(self, c: _Container) -> cri.ContainerStatus:
+        sandbox = self._sandboxes.get(c.sandbox_id)
+        log_dir = sandbox.config.log_directory if sandbox else ""
+        log_path = f"{log_dir}/{c.config.log_path}" if log_dir and c.config.log_path else ""
+        return cri.ContainerStatus(
+            id=c.id,
+            metadata=c.config.metadata,
+            state=c.state,
+            created_at=c.created_at,
+            started_at=c.started_at,
+            finished_at=c.finished_at,
+            exit_code=c.exit_code,
+            image=cri.ImageSpec(image=c.config.image.image),
+            image_ref=image_ref_of(c.image),
+            image_id=c.image.id,
+            reason=c.reason,
+            message=c.message,
+            labels=dict(c.config.labels),
+            annotations=dict(c.config.annotations),
+            mounts=list(c.config.mounts),
+            log_path=log_path,
+        )
+
+    # RuntimeService ------------------------------------------------------------------------
+
+    async def version(self, api_version: str = "v1") -> cri.VersionResponse:
+        self._enter("Version")
+        return self.version_response
+
+    async def status(self, *, verbose: bool = False) -> cri.StatusResponse:
+        self._enter("Status")
+        network = cri.RuntimeCondition(type="NetworkReady", status=self.network_ready)
+        if not self.network_ready:
+            network.reason = "NetworkPluginNotReady"
+            network.message = "Network plugin returns error: cni plugin not initialized"
+        runtime = cri.RuntimeCondition(type="RuntimeReady", status=self.runtime_ready)
+        return cri.StatusResponse(status=cri.RuntimeStatus(conditions=[runtime, network]))
+
+    async def runtime_config(self) -> cri.RuntimeConfigResponse:
+        self._enter("RuntimeConfig")
+        response = cri.RuntimeConfigResponse()
+        response.linux.cgroup_driver = self.cgroup_driver  # type: ignore[assignment]
+        return response
+
+    async def run_pod_sandbox(self, config: cri.PodSandboxConfig, runtime_handler: str = "") -> str:
+        self._enter("RunPodSandbox")
+        host_network = config.linux.security_context.namespace_options.network == NODE
+        ip = "" if host_network else f"10.88.0.{next(self._ips)}"
+        sandbox = _Sandbox(
+            id=self._new_id("sandbox"),
+            config=copy.deepcopy(config),
+            runtime_handler=runtime_handler,
+            created_at=self._now(),
+            ip=ip,
+        )
+        self._sandboxes[sandbox.id] = sandbox
+        return sandbox.id
+
+    async def stop_pod_sandbox(self, pod_sandbox_id: str) -> None:
+        self._enter("StopPodSandbox")
+        sandbox = self._sandbox(pod_sandbox_id, rpc="StopPodSandbox")
+        for ctr in self._containers.values():
+            if ctr.sandbox_id == pod_sandbox_id and ctr.state == cri.CONTAINER_RUNNING:
+                self._finish(ctr, exit_code=self.stop_exit_code)
+        sandbox.state = cri.SANDBOX_NOTREADY
+
+    async def remove_pod_sandbox(self, pod_sandbox_id: str) -> None:
+        self._enter("RemovePodSandbox")
+        for ctr in [c for c in self._containers.values() if c.sandbox_id == pod_sandbox_id]:
+            self._finish(ctr, exit_code=self.stop_exit_code)
+            del self._containers[ctr.id]
+            self._emit(ctr, cri.CONTAINER_DELETED_EVENT)
+        self._sandboxes.pop(pod_sandbox_id, None)
+
+    async def pod_sandbox_status(
+        self, pod_sandbox_id: str, *, verbose: bool = False
+    ) -> cri.PodSandboxStatusResponse:
+        self._enter("PodSandboxStatus")
+        sandbox = self._sandbox(pod_sandbox_id, rpc="PodSandboxStatus")
+        return cri.PodSandboxStatusResponse(status=self._sandbox_status(sandbox))
+
+    async def list_pod_sandbox(
+        self, filter: cri.PodSandboxFilter | None = None
+    ) -> list[cri.PodSandbox]:
+        self._enter("ListPodSandbox")
+        flt = filter or cri.PodSandboxFilter()
+        return [
+            cri.PodSandbox(
+                id=sb.id,
+                metadata=sb.config.metadata,
+                state=sb.state,
+                created_at=sb.created_at,
+                labels=dict(sb.config.labels),
+                annotations=dict(sb.config.annotations),
+                runtime_handler=sb.runtime_handler,
+            )
+            for sb in self._sandboxes.values()
+            if (not flt.id or flt.id == sb.id)
+            and (not flt.HasField("state") or flt.state.state == sb.state)
+            and _selects(flt.label_selector, sb.config.labels)
+        ]
+
+    async def create_container(
+        self,
+        pod_sandbox_id: str,
+        config: cri.ContainerConfig,
+        sandbox_config: cri.PodSandboxConfig,
+    ) -> str:
+        self._enter("CreateContainer")
+        sandbox = self._sandbox(pod_sandbox_id, rpc="CreateContainer")
+        if sandbox.state != cri.SANDBOX_READY:
+            details = f'sandbox "{pod_sandbox_id}" is not ready'
+            raise self._error("CreateContainer", "Unknown", details)
+        for other in self._containers.values():
+            if other.sandbox_id == pod_sandbox_id and other.config.metadata == config.metadata:
+                name = f"{config.metadata.name}_{sandbox.config.metadata.name}"
+                details = f'failed to reserve container name "{name}": reserved for "{other.id}"'
+                raise self._error("CreateContainer", "Unknown", details)
+        if (image := self.find_image(config.image.image)) is None:
+            details = f'failed to get image "{config.image.image}": not found'
+            raise self._error("CreateContainer", "NotFound", details)
+        ctr = _Container(
+            id=self._new_id("container"),
+            sandbox_id=pod_sandbox_id,
+            config=copy.deepcopy(config),
+            image=image,
+            created_at=self._now(),
+        )
+        self._containers[ctr.id] = ctr
+        self._emit(ctr, cri.CONTAINER_CREATED_EVENT)
+        return ctr.id
+
+    async def start_container(self, container_id: str) -> None:
+        self._enter("StartContainer")
+        ctr = self._container(container_id, rpc="StartContainer")
+        if ctr.state != cri.CONTAINER_CREATED:
+            state = cri.ContainerState.Name(ctr.state)
+            raise self._error(
+                "StartContainer", "Unknown", f'container "{container_id}" is in {state} state'
+            )
+        ctr.state = cri.CONTAINER_RUNNING
+        ctr.started_at = self._now()
+        self._emit(ctr, cri.CONTAINER_STARTED_EVENT)
+
+    async def stop_container(self, container_id: str, grace_period: int) -> None:
+        self._enter("StopContainer")
+        ctr = self._container(container_id, rpc="StopContainer")
+        self.grace_periods[container_id] = grace_period
+        exit_code = self.stop_exit_code if ctr.state == cri.CONTAINER_RUNNING else 0
+        self._finish(ctr, exit_code=exit_code)
+
+    async def remove_container(self, container_id: str) -> None:
+        self._enter("RemoveContainer")
+        ctr = self._containers.pop(container_id, None)
+        if ctr is not None:
+            self._emit(ctr, cri.CONTAINER_DELETED_EVENT)
+
+    async def list_containers(
+        self, filter: cri.ContainerFilter | None = None
+    ) -> list[cri.Container]:
+        self._enter("ListContainers")
+        flt = filter or cri.ContainerFilter()
+        return [
+            cri.Container(
+                id=c.id,
+                pod_sandbox_id=c.sandbox_id,
+                metadata=c.config.metadata,
+                image=cri.ImageSpec(image=c.config.image.image),
+                image_ref=image_ref_of(c.image),
+                image_id=c.image.id,
+                state=c.state,
+                created_at=c.created_at,
+                labels=dict(c.config.labels),
+                annotations=dict(c.config.annotations),
+            )
+            for c in self._containers.values()
+            if (not flt.id or flt.id == c.id)
+            and (not flt.pod_sandbox_id or flt.pod_sandbox_id == c.sandbox_id)
+            and (not flt.HasField("state") or flt.state.state == c.state)
+            and _selects(flt.label_selector, c.config.labels)
+        ]
+
+    async def container_status(
+        self, container_id: str, *, verbose: bool = False
+    ) -> cri.ContainerStatusResponse:
+        self._enter("ContainerStatus")
+        ctr = self._container(container_id, rpc="ContainerStatus")
+        return cri.ContainerStatusResponse(status=self._container_status(ctr))
+
+    async def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout_seconds: int
+    ) -> cri.ExecSyncResponse:
+        self._enter("ExecSync")
+        ctr = self._container(container_id, rpc="ExecSync")
+        if ctr.state != cri.CONTAINER_RUNNING:
+            raise self._error(
+                "ExecSync", "FailedPrecondition", f'container "{container_id}" is not running'
+            )
+        return self.exec_handler(container_id, list(cmd))
+
+    async def get_container_events(self) -> AsyncIterator[cri.ContainerEventResponse]:
+        self._enter("GetContainerEvents")
+        queue: asyncio.Queue[cri.ContainerEventResponse] = asyncio.Queue()
+        self._subscribers.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.remove(queue)
+
+
+def image_ref_of(image: cri.Image) -> str:
+    """What containerd reports as a container's image_ref: the repo digest, else the id."""
+    return image.repo_digests[0] if image.repo_digests else image.id
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _satisfies_protocols(fake: FakeRuntime) -> tuple[RuntimeService, ImageService]:
+    return fake, fake  # mypy checks FakeRuntime against both protocols here
