@@ -58,8 +58,20 @@ lint: venv
 unit: venv
 	$(PYTEST) tests/unit -n auto -q
 
+.PHONY: binaries
+binaries: venv
+	PYTHONPATH=tests $(PY) -m harness build
+
+.PHONY: peers
+peers: venv
+	PYTHONPATH=tests $(PY) -m harness build --peers
+
+.PHONY: images
+images: venv
+	PYTHONPATH=tests $(PY) -m harness.images build
+
 .PHONY: integration
-integration: venv
+integration: venv binaries
 	$(PYTEST) tests/integration -q
 
 .PHONY: vm-test
@@ -75,6 +87,10 @@ test: host-deps venv lint unit integration vm-test
 packages: venv
 	packaging/build.sh
 
+.PHONY: docs
+docs: venv
+	$(PY) -m nodeagent config reference > docs/configuration.md
+
 .PHONY: gen
 gen: venv
 	cri_protos/generate.sh
@@ -82,7 +98,7 @@ gen: venv
 # --- local cluster ------------------------------------------------------------------------------
 
 .PHONY: up
-up: host-deps venv
+up: host-deps venv binaries
 	PYTHONPATH=tests $(PY) -m harness up
 
 .PHONY: down

@@ -1,0 +1,27 @@
+"""``python -m harness build|up|down``: the entry behind `make binaries`, `make up`, `make down`."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    usage = "usage: python -m harness build [--peers] | up | down"
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(usage)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "build":
+        from harness import build
+
+        return build.main(rest)
+    if command in {"up", "down"}:
+        from harness import up
+
+        return up.main([command, *rest])
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

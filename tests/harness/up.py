@@ -1,0 +1,154 @@
+"""`make up` / `make down`: a local single-node cluster that outlives the command.
+
+``up`` builds the binaries (cached), starts the control plane as detached processes with its
+files under ``<cache>/up/``, starts the container runtime (`harness.runtime_up`), and ends with
+two lines to paste: ``export KUBECONFIG=...`` and ``export PATH=...``. A second ``up`` finds the
+running cluster (recorded pids alive and ``/readyz`` ok) and says so. ``down`` stops everything
+recorded in ``<cache>/up/state.json`` and removes the directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness import runtime_up
+from harness.build import Binaries, ensure_built
+from harness.controlplane import (
+    ControlPlane,
+    all_running,
+    attach,
+    start_control_plane,
+    stop_recorded,
+)
+from harness.versions import cache_dir
+
+NODE_PENDING = (
+    "node: not yet implemented — nodeagent cannot register a node yet, so this cluster has no "
+    "node (none is faked); pods stay Pending"
+)
+
+
+def state_dir() -> Path:
+    return cache_dir() / "up"
+
+
+def say(message: str) -> None:
+    print(f">>> {message}", flush=True)
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory.parent / "up.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads((directory / "state.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return state
+
+
+def write_state(directory: Path, state: dict[str, Any]) -> None:
+    tmp = directory / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.rename(directory / "state.json")
+
+
+def running_plane(state: dict[str, Any] | None) -> ControlPlane | None:
+    """The recorded control plane, if every process is alive and /readyz answers ok."""
+    if not state or "control_plane" not in state:
+        return None
+    plane = attach(state["control_plane"])
+    if all_running(plane.procs) and plane.readyz():
+        return plane
+    return None
+
+
+def teardown(directory: Path, state: dict[str, Any] | None) -> None:
+    """Stop what `state` records (runtime first, then the control plane) and remove `directory`."""
+    if state:
+        runtime_up.stop(state.get("runtime"))
+        stop_recorded(state.get("control_plane", {}))
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def up() -> int:
+    directory = state_dir()
+    binaries: Binaries = ensure_built()
+    with locked(directory):
+        state = read_state(directory)
+        plane = running_plane(state)
+        if plane is not None and state is not None:
+            say(f"cluster already running: {plane.server} (logs in {plane.log_dir})")
+            state["runtime"] = runtime_up.ensure(
+                state.get("runtime"), directory=directory, holder=plane.procs[0].pid
+            )
+            write_state(directory, state)
+        else:
+            if state is not None or any(directory.iterdir()):
+                previous = directory.parent / "up-previous-logs"
+                say(f"found a stopped or broken cluster from an earlier `up`; its logs: {previous}")
+                shutil.rmtree(previous, ignore_errors=True)
+                if (directory / "logs").is_dir():
+                    shutil.copytree(directory / "logs", previous)
+                teardown(directory, state)
+                directory.mkdir(parents=True)
+            say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler ...")
+            started = time.monotonic()
+            plane = start_control_plane(
+                binaries=binaries,
+                root=directory / "cluster",
+                log_dir=directory / "logs",
+                detached=True,
+            )
+            took = time.monotonic() - started
+            state = {"control_plane": plane.state(), "started_seconds": round(took, 1)}
+            write_state(directory, state)
+            say(
+                f"control plane ready in {took:.1f}s (/readyz ok after "
+                f"{plane.timings['readyz']:.1f}s): {plane.server}, logs in {plane.log_dir}"
+            )
+            state["runtime"] = runtime_up.ensure(
+                None, directory=directory, holder=plane.procs[0].pid
+            )
+            write_state(directory, state)
+    say(NODE_PENDING)
+    print(f"export KUBECONFIG={plane.admin_kubeconfig}")
+    print(f"export PATH={plane.kubectl_path.parent}:$PATH")
+    return 0
+
+
+def down() -> int:
+    directory = state_dir()
+    if not directory.exists():
+        say("nothing to stop (no cluster from `up`)")
+        return 0
+    with locked(directory):
+        state = read_state(directory)
+        teardown(directory, state)
+    say(f"stopped the local cluster and removed {directory}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["up"]:
+        return up()
+    if argv == ["down"]:
+        return down()
+    print("usage: python -m harness up | down", file=sys.stderr)
+    return 2
