@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from nodeagent import __version__, config
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
+from nodeagent.nodestatus import cli as status_cli
 
 EXIT_USAGE = 2
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     config_cli.register(sub)
+    status_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)

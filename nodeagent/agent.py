@@ -15,11 +15,21 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from nodeagent import __version__
+from nodeagent import __version__, hostinfo
+from nodeagent.apiserver import NODES, ApiClient, WatchCache
+from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
+from nodeagent.clock import RealClock
 from nodeagent.config import Config
 from nodeagent.errors import ManagerCrashed
+from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
-from nodeagent.manager import Manager, NullManager
+from nodeagent.manager import Manager
+from nodeagent.nodelease import NodeLeaseController
+from nodeagent.nodestatus.facts import HostFacts
+from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.nodestatus.report import STATE_FILE, NodeReport
+from nodeagent.nodestatus.setters import runtime_not_checked
+from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
 EXIT_OK = 0
@@ -146,9 +156,57 @@ class Agent:
 def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     """Wire the managers for ``config``. The only place that knows every manager."""
     notifier = Notifier.from_environ(environ)
-    managers: list[Manager] = [NullManager()]
+    node = settings_from_config(config, hostname=hostinfo.hostname())
+    managers: list[Manager] = [*_node_managers(node)]
     return Agent(
         managers=managers,
         notifier=notifier,
         watchdog_interval=watchdog_interval(environ),
     )
+
+
+def _node_managers(node: NodeSettings) -> list[Manager]:
+    """The node in the cluster (issue 4). Stopped in reverse order: the API client closes
+    last and the Lease keeps renewing until everything after it has stopped."""
+    clock = RealClock()
+    api = ApiClient()  # its identity arrives from the credentials manager (TLS bootstrap)
+    report = NodeReport(path=node.root_dir / STATE_FILE, node_name=node.node_name, clock=clock)
+    lease = NodeLeaseController(
+        api=api,
+        clock=clock,
+        node_name=node.node_name,
+        lease_duration_seconds=node.lease_duration_seconds,
+        on_repeated_failure=api.reset_connections,
+        on_renewed=report.lease_renewed,
+    )
+    credentials = CredentialsManager(
+        api=api,
+        clock=clock,
+        on_credentials=report.credentials,
+        settings=CredentialSettings(
+            node_name=node.node_name,
+            kubeconfig=node.kubeconfig,
+            bootstrap_kubeconfig=node.bootstrap_kubeconfig,
+            pki_dir=node.pki_dir,
+            rotate_certificates=node.rotate_certificates,
+        ),
+    )
+    node_cache = WatchCache(
+        api=api,
+        resource=NODES,
+        field_selector=f"metadata.name={node.node_name}",
+        name="cache:node",
+    )
+    events = EventRecorder(api=api, clock=clock, node_name=node.node_name)
+    status = NodeStatusManager(
+        api=api,
+        settings=node,
+        node_cache=node_cache,
+        events=events,
+        # CRI (issue 5) replaces runtime_not_checked with the runtime manager's status and
+        # calls status.poke() when it changes.
+        facts=HostFacts(settings=node, clock=clock, runtime_status=runtime_not_checked),
+        on_repeated_failure=api.reset_connections,
+        on_reported=report.status_reported,
+    )
+    return [api, lease, credentials, node_cache, events, status, report]

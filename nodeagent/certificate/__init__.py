@@ -1,0 +1,1 @@
+"""The node's client certificate: TLS bootstrap through a CSR, storage, and rotation."""

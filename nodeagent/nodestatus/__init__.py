@@ -1,0 +1,1 @@
+"""Node registration and status: setters (pure), the status manager, and the inspection file."""

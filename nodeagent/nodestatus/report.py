@@ -1,0 +1,127 @@
+"""What the agent believes about its node, kept in ``<rootDir>/node-state.json`` for ``nodeagent
+status``: conditions and addresses as last reported, the last status patch, the last Lease
+renewal, and the client certificate's validity.
+
+Managers feed it through narrow callbacks (``status_reported``, ``lease_renewed``,
+``credentials``); ``run()`` writes the file (atomically, via a thread, at most once a second)
+whenever something changed, so readers never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from nodeagent import __version__
+from nodeagent.clock import Clock
+from nodeagent.log import Logger, get_logger
+
+STATE_FILE: Final = "node-state.json"
+Obj = dict[str, Any]  # not nodeagent.apiserver's: `nodeagent status` must not import the client
+MIN_WRITE_INTERVAL: Final = 1.0
+
+
+class CertFacts(Protocol):
+    @property
+    def subject(self) -> str: ...
+    @property
+    def not_before(self) -> dt.datetime: ...
+    @property
+    def not_after(self) -> dt.datetime: ...
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class NodeReport:
+    def __init__(
+        self, *, path: Path, node_name: str, clock: Clock, log: Logger | None = None
+    ) -> None:
+        self.path = path
+        self._clock = clock
+        self._state: dict[str, Any] = {
+            "node": node_name,
+            "agentVersion": __version__,
+            "pid": os.getpid(),
+        }
+        self._dirty = asyncio.Event()
+        self._log = log or get_logger("nodestatus")
+
+    @property
+    def name(self) -> str:
+        return "nodereport"
+
+    def snapshot(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._state))  # type: ignore[no-any-return]
+
+    # --- callbacks (cheap, synchronous) -------------------------------------------------
+
+    def status_reported(self, node: Obj) -> None:
+        status = node.get("status") or {}
+        info = status.get("nodeInfo") or {}
+        self._update(
+            lastStatusReport=_iso(self._clock.now()),
+            conditions=status.get("conditions") or [],
+            addresses=status.get("addresses") or [],
+            kubeletVersion=info.get("kubeletVersion", ""),
+            containerRuntimeVersion=info.get("containerRuntimeVersion", ""),
+            nodeUID=(node.get("metadata") or {}).get("uid", ""),
+        )
+
+    def lease_renewed(self, lease: Obj) -> None:
+        spec = lease.get("spec") or {}
+        self._update(
+            lease={
+                "name": f"{(lease.get('metadata') or {}).get('namespace', '')}/"
+                f"{(lease.get('metadata') or {}).get('name', '')}",
+                "holderIdentity": spec.get("holderIdentity", ""),
+                "leaseDurationSeconds": spec.get("leaseDurationSeconds", 0),
+                "renewTime": spec.get("renewTime", ""),
+            }
+        )
+
+    def credentials(self, info: CertFacts | None) -> None:
+        self._update(
+            credentials=None
+            if info is None
+            else {
+                "subject": info.subject,
+                "notBefore": _iso(info.not_before),
+                "notAfter": _iso(info.not_after),
+            }
+        )
+
+    def _update(self, **fields: Any) -> None:
+        self._state.update(fields)
+        self._dirty.set()
+
+    # --- writer ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await self.write()
+            await asyncio.sleep(MIN_WRITE_INTERVAL)
+
+    async def write(self) -> None:
+        self._state["writtenAt"] = _iso(self._clock.now())
+        text = json.dumps(self._state, indent=2, sort_keys=True) + "\n"
+        try:
+            await asyncio.to_thread(write_atomically, self.path, text)
+        except OSError as e:
+            self._log.error("Cannot write the node state file", path=str(self.path), error=str(e))
