@@ -23,7 +23,7 @@ from nodeagent.config import Config
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
-from nodeagent.manager import Manager
+from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
@@ -66,6 +66,10 @@ class Agent:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._crashes: list[ManagerCrashed] = []
+
+    @property
+    def manager_names(self) -> list[str]:
+        return [m.name for m in self._managers]
 
     @property
     def crashes(self) -> list[ManagerCrashed]:
@@ -157,12 +161,30 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     """Wire the managers for ``config``. The only place that knows every manager."""
     notifier = Notifier.from_environ(environ)
     node = settings_from_config(config, hostname=hostinfo.hostname())
-    managers: list[Manager] = [*_node_managers(node)]
+    managers: list[Manager] = []
+    if api_server_mode(node):
+        managers += _node_managers(node)
+    else:
+        # The kubelet's standalone mode: without credentials there is no API server to talk
+        # to. Say so loudly; the managers that need no API server still run.
+        get_logger("agent").warning(
+            "No kubeconfig and no bootstrap kubeconfig: running standalone, the node will not"
+            " register with an API server",
+            kubeconfig=str(node.kubeconfig),
+        )
+        managers.append(NullManager(name="standalone"))
     return Agent(
         managers=managers,
         notifier=notifier,
         watchdog_interval=watchdog_interval(environ),
     )
+
+
+def api_server_mode(node: NodeSettings) -> bool:
+    """API server mode needs credentials: a kubeconfig file, or a bootstrap kubeconfig to get
+    one. A kubeconfig that exists but is unusable is an error reported by the credentials
+    manager (the daemon exits non-zero and systemd restarts it), not a silent standalone."""
+    return node.kubeconfig.exists() or node.bootstrap_kubeconfig is not None
 
 
 def _node_managers(node: NodeSettings) -> list[Manager]:

@@ -17,7 +17,7 @@ from sd_listener import NotifyListener
 
 REPO = Path(__file__).resolve().parents[3]
 KLOG_LINE = re.compile(
-    r"^I\d{4} \d\d:\d\d:\d\d\.\d{6} +(?P<pid>\d+) (?P<src>\S+:\d+)\] (?P<rest>.*)$"
+    r"^(?P<level>[IWE])\d{4} \d\d:\d\d:\d\d\.\d{6} +(?P<pid>\d+) (?P<src>\S+:\d+)\] (?P<rest>.*)$"
 )
 
 
@@ -31,7 +31,7 @@ def daemon(tmp_path: Path, notify_listener: NotifyListener) -> Iterator[subproce
     }
     with (tmp_path / "stderr.log").open("wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "run"],
+            [sys.executable, "-m", "nodeagent", "run", *_hermetic_flags(tmp_path)],
             env=environ, cwd=REPO, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
         )  # fmt: skip
     try:
@@ -40,6 +40,19 @@ def daemon(tmp_path: Path, notify_listener: NotifyListener) -> Iterator[subproce
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def _hermetic_flags(tmp_path: Path) -> list[str]:
+    """Keep the daemon off the host's /etc/nodeagent and /var/lib/nodeagent: no kubeconfig,
+    so it runs standalone (the kubelet's mode without an API server)."""
+    return ["--root-dir", str(tmp_path / "root"), "--kubeconfig", str(tmp_path / "none")]
+
+
+def _standalone_warning(tmp_path: Path) -> str:
+    return (
+        '"No kubeconfig and no bootstrap kubeconfig: running standalone, the node will not'
+        f' register with an API server" kubeconfig={tmp_path / "none"}'
+    )
 
 
 def _receive_until(listener: NotifyListener, wanted: str, deadline: float) -> list[str]:
@@ -75,8 +88,10 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     parsed = [m.groupdict() for m in map(KLOG_LINE.match, lines) if m]
     assert len(parsed) == len(lines), lines
     rests = [p["rest"] for p in parsed]
-    assert rests[0].startswith('"Starting nodeagent" version=')
-    assert rests[0].endswith(" managers=null")
+    assert [p["level"] for p in parsed if p["level"] != "I"] == ["W"]
+    assert rests[0] == _standalone_warning(tmp_path)
+    assert rests[1].startswith('"Starting nodeagent" version=')
+    assert rests[1].endswith(" managers=standalone")
     assert '"Started" managers=1' in rests
     assert '"Stopping" reason="signal SIGTERM"' in rests
     assert rests[-1] == '"Stopped" exit_code=0'
@@ -89,7 +104,7 @@ def test_daemon_survives_a_missing_notify_socket(tmp_path: Path) -> None:
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NOTIFY_SOCKET": missing,
                "WATCHDOG_USEC": "400000"}  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "run"],
+        [sys.executable, "-m", "nodeagent", "run", *_hermetic_flags(tmp_path)],
         env=environ, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -110,8 +125,9 @@ def test_daemon_survives_a_missing_notify_socket(tmp_path: Path) -> None:
 
     assert proc.returncode == 0
     warnings = [line for line in lines if line.startswith("W")]
-    assert len(warnings) == 1, lines
-    assert warnings[0].endswith(
+    assert len(warnings) == 2, lines
+    assert warnings[0].endswith("] " + _standalone_warning(tmp_path))
+    assert warnings[1].endswith(
         '] "Cannot notify systemd; further notify errors are not logged" '
         f'notify_socket={missing} error="No such file or directory"'
     )
