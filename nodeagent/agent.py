@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from nodeagent import __version__, hostinfo
+from nodeagent import __version__, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import RealClock
@@ -28,8 +28,9 @@ from nodeagent.nodelease import NodeLeaseController
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
-from nodeagent.nodestatus.setters import runtime_not_checked
+from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.runtimestate import RuntimeState
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
 EXIT_OK = 0
@@ -163,7 +164,7 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     node = settings_from_config(config, hostname=hostinfo.hostname())
     managers: list[Manager] = []
     if api_server_mode(node):
-        managers += _node_managers(node)
+        managers += _node_managers(node, runtime_endpoint=config.kubelet.container_runtime_endpoint)
     else:
         # The kubelet's standalone mode: without credentials there is no API server to talk
         # to. Say so loudly; the managers that need no API server still run.
@@ -187,7 +188,7 @@ def api_server_mode(node: NodeSettings) -> bool:
     return node.kubeconfig.exists() or node.bootstrap_kubeconfig is not None
 
 
-def _node_managers(node: NodeSettings) -> list[Manager]:
+def _node_managers(node: NodeSettings, *, runtime_endpoint: str) -> list[Manager]:
     """The node in the cluster (issue 4). Stopped in reverse order: the API client closes
     last and the Lease keeps renewing until everything after it has stopped."""
     clock = RealClock()
@@ -225,10 +226,18 @@ def _node_managers(node: NodeSettings) -> list[Manager]:
         settings=node,
         node_cache=node_cache,
         events=events,
-        # CRI (issue 5) replaces runtime_not_checked with the runtime manager's status and
-        # calls status.poke() when it changes.
-        facts=HostFacts(settings=node, clock=clock, runtime_status=runtime_not_checked),
+        facts=HostFacts(
+            settings=node,
+            clock=clock,
+            runtime_status=lambda: RuntimeStatus(
+                errors=runtime.errors(), version=runtime.version()
+            ),
+        ),
         on_repeated_failure=api.reset_connections,
         on_reported=report.status_reported,
     )
-    return [api, lease, credentials, node_cache, events, status, report]
+    # The runtime's health feeds Ready; a change re-evaluates the node status at once.
+    runtime = RuntimeState(
+        endpoint=runtime_endpoint, connect=kuberuntime.connect, on_change=status.poke
+    )
+    return [api, lease, credentials, node_cache, events, runtime, status, report]

@@ -175,6 +175,7 @@ class FakeRuntime(_FakeImages):
         )
         self.runtime_ready = True
         self.network_ready = True
+        self.closed = 0
         self.cgroup_driver = 1  # CGROUPFS; 0 is SYSTEMD
         self.stop_exit_code = 137
         self.grace_periods: dict[str, int] = {}  # StopContainer timeouts received
@@ -298,6 +299,10 @@ class FakeRuntime(_FakeImages):
         )
 
     # RuntimeService ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Like closing the real client's channel: recorded, nothing else."""
+        self.closed += 1
 
     async def version(self, api_version: str = "v1") -> cri.VersionResponse:
         self._enter("Version")
