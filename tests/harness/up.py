@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import runtime_up
+from harness import node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.controlplane import (
     ControlPlane,
@@ -30,9 +30,9 @@ from harness.controlplane import (
 )
 from harness.versions import cache_dir
 
-NODE_PENDING = (
-    "node: not yet implemented — nodeagent cannot register a node yet, so this cluster has no "
-    "node (none is faked); pods stay Pending"
+NODE_NOTE = (
+    "nodeagent registers the node, renews its Lease and reports Ready from containerd; it does "
+    "not run pods yet (the CRI pod lifecycle is the next issue): pods bound to it stay Pending"
 )
 
 
@@ -82,6 +82,7 @@ def running_plane(state: dict[str, Any] | None) -> ControlPlane | None:
 def teardown(directory: Path, state: dict[str, Any] | None) -> None:
     """Stop what `state` records (runtime first, then the control plane) and remove `directory`."""
     if state:
+        node_up.stop(state.get("node"))
         runtime_up.stop(state.get("runtime"))
         stop_recorded(state.get("control_plane", {}))
     shutil.rmtree(directory, ignore_errors=True)
@@ -127,7 +128,15 @@ def up() -> int:
                 None, directory=directory, holder=plane.procs[0].pid
             )
             write_state(directory, state)
-    say(NODE_PENDING)
+        runtime = state.get("runtime") or {}
+        endpoint = (
+            f"unix://{runtime['containerd_dir']}/c.sock" if "containerd_dir" in runtime else None
+        )
+        state["node"] = node_up.ensure(
+            state.get("node"), plane=plane, directory=directory, runtime_endpoint=endpoint
+        )
+        write_state(directory, state)
+    say(NODE_NOTE)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")
     print(f"export PATH={plane.kubectl_path.parent}:$PATH")
     return 0
