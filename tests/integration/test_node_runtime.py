@@ -1,7 +1,8 @@
 """The node becomes Ready once its container runtime answers over CRI (real containerd).
 
-`nodeagent run` as a process, with the node's client certificate from the test PKI and the
-test containerd as its runtime: the Node turns Ready with the kubelet's reason and message,
+`nodeagent run` as a process with only a bootstrap token (TLS bootstrap gets its client
+certificate) and the test containerd as its runtime: the Node turns Ready with the kubelet's
+reason and message,
 reports ``containerRuntimeVersion`` as ``containerd://<version>``, and `kubectl get nodes`
 shows it Ready.
 """
@@ -33,10 +34,13 @@ def _ready(control_plane: ControlPlane, name: str) -> tuple[dict[str, Any] | Non
     return node, conditions.get("Ready", {})
 
 
-def test_the_node_is_ready_when_containerd_answers(
+def test_from_a_bootstrap_token_the_node_is_ready_when_containerd_answers(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
     name = "runtime-ready"
+    bootstrap = control_plane.bootstrap_kubeconfig(
+        control_plane.bootstrap_token(), name="bootstrap-runtime-ready"
+    )
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -44,7 +48,8 @@ def test_the_node_is_ready_when_containerd_answers(
                 "apiVersion": "nodeagent.io/v1alpha1",
                 "kind": "NodeAgentConfiguration",
                 "node": {
-                    "kubeconfig": str(control_plane.node_kubeconfig(name)),
+                    "kubeconfig": str(tmp_path / "root" / "kubeconfig"),
+                    "bootstrapKubeconfig": str(bootstrap),
                     "hostnameOverride": name,
                     "rootDir": str(tmp_path / "root"),
                 },
@@ -79,3 +84,6 @@ def test_the_node_is_ready_when_containerd_answers(
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.")
     assert listing.split()[:2] == [name, "Ready"]
     assert "Container runtime is ready" in log.read_text()
+    # The credentials came from TLS bootstrap, written 0600 under the root dir.
+    issued = tmp_path / "root" / "pki" / "kubelet-client-current.pem"
+    assert issued.exists() and issued.stat().st_mode & 0o777 == 0o600
