@@ -23,7 +23,7 @@ CACHE=${NODEAGENT_CACHE:-$HOME/.cache/nodeagent}/packaging
 RELEASE=${NODEAGENT_RELEASE:-1}
 KEEP_VENVS=3
 # What goes into the project wheel, relative to the repo (tests and tools stay out).
-SOURCES=(pyproject.toml README.md LICENSE nodeagent cri_protos)
+SOURCES=(pyproject.toml LICENSE nodeagent cri_protos)
 
 log() { printf '>>> %s\n' "$*" >&2; }
 die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }
@@ -45,7 +45,6 @@ snapshot_sources() {
     for src in "${SOURCES[@]}"; do
         [[ -e $REPO/$src ]] && cp -r "$REPO/$src" "$dest/"
     done
-    [[ -e $dest/README.md ]] || : >"$dest/README.md"  # pyproject.toml names it as the readme
     find "$dest" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 }
 
