@@ -91,6 +91,11 @@ packages: venv
 docs: venv
 	$(PY) -m nodeagent config reference > docs/configuration.md
 
+# Benchmarks print tables; run by hand, never by `make test` (docs/benchmarks.md).
+.PHONY: bench-node
+bench-node: venv binaries peers
+	PYTHONPATH=tests $(PY) bench/node_idle.py
+
 .PHONY: gen
 gen: venv
 	cri_protos/generate.sh

@@ -277,8 +277,12 @@ def start_control_plane(
     detached: bool = False,
     cert_validity: datetime.timedelta | None = None,
     timeout: float = READY_TIMEOUT,
+    apiserver_extra_args: Sequence[str] = (),
 ) -> ControlPlane:
     """Start everything and wait until it is usable; on any failure, stop what was started.
+
+    ``apiserver_extra_args`` are appended to kube-apiserver's flags (e.g. an audit policy for
+    the benchmarks).
 
     Free ports are picked before the components bind them; when another process takes one in
     between, the whole start is retried on fresh ports.
@@ -299,7 +303,13 @@ def start_control_plane(
             binaries=binaries, layout=layout, ports=Ports.pick(), network=net, pki=pki
         )
         try:
-            _start_components(plane, detached=detached, timeout=timeout, started=started)
+            _start_components(
+                plane,
+                detached=detached,
+                timeout=timeout,
+                started=started,
+                apiserver_extra_args=apiserver_extra_args,
+            )
         except StartupError as error:
             if attempt < START_ATTEMPTS and PORT_TAKEN in str(error):
                 shutil.rmtree(layout.etcd_data, ignore_errors=True)
@@ -316,7 +326,12 @@ def start_control_plane(
 
 
 def _start_components(
-    plane: ControlPlane, *, detached: bool, timeout: float, started: float
+    plane: ControlPlane,
+    *,
+    detached: bool,
+    timeout: float,
+    started: float,
+    apiserver_extra_args: Sequence[str] = (),
 ) -> None:
     layout, ports, pki, net = plane.layout, plane.ports, plane.pki, plane.network
     binaries = plane.binaries
@@ -338,9 +353,16 @@ def _start_components(
         )
         apiserver = launch(
             "kube-apiserver",
-            apiserver_argv(
-                binaries.path("kube-apiserver"), layout=layout, ports=ports, pki=pki, network=net
-            ),
+            [
+                *apiserver_argv(
+                    binaries.path("kube-apiserver"),
+                    layout=layout,
+                    ports=ports,
+                    pki=pki,
+                    network=net,
+                ),
+                *apiserver_extra_args,
+            ],
         )
         wait_for(plane.readyz, what="kube-apiserver /readyz", timeout=timeout, watch=[apiserver])
         plane.timings["readyz"] = time.monotonic() - started

@@ -1,0 +1,158 @@
+"""How `node_idle` runs each node component, and undoing what the kubelet does to the host.
+
+Both components get a node client certificate (``CN=system:node:<name>``) from the control
+plane's CA, their own root directory under the bench's temp dir, the bench's containerd, and
+default verbosity. The kubelet gets a KubeletConfiguration for this kind of host: cgroup v1
+allowed, cgroupfs driver, no swap check, its servers on 127.0.0.1 free ports with x509 client
+auth against the cluster CA and no webhook, and every path it would create under /var or /usr
+moved under its root dir.
+
+What the kubelet changes outside its root dir, and `HostState` puts back: the sysctls of its
+"kernel tunables" (it sets them when ``protectKernelDefaults`` is false), the ``kubepods``
+cgroups it makes in every cgroup v1 hierarchy (``cgroupsPerQOS``), ``/var/log/containers``.
+Its root dir becomes a (shared) bind mount of itself; the caller unmounts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.controlplane_args import LOCALHOST, free_port
+from harness.versions import Versions
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+KERNEL_TUNABLES = (  # what the kubelet's container manager sets (setupKernelTunables)
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+CONTAINER_LOGS = Path("/var/log/containers")  # hard-coded in the kubelet
+
+
+def nodeagent_argv(*, name: str, kubeconfig: Path, root: Path, endpoint: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "nodeagent",
+        "run",
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={name}",
+        f"--root-dir={root}",
+        f"--container-runtime-endpoint={endpoint}",
+    ]
+
+
+def kubelet_config(*, root: Path, endpoint: str, ca: Path, versions: Versions) -> dict[str, object]:
+    """A KubeletConfiguration for a cgroup v1 host without systemd (JSON is valid YAML)."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "containerRuntimeEndpoint": endpoint,
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "failSwapOn": False,
+        "address": LOCALHOST,
+        "port": free_port(),
+        "readOnlyPort": 0,
+        "healthzBindAddress": LOCALHOST,
+        "healthzPort": free_port(),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(ca)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "clusterDomain": versions.cluster_domain,
+        "clusterDNS": [versions.cluster_dns_ip],
+        "resolvConf": "/etc/resolv.conf",
+        "oomScoreAdj": 0,  # no CAP_SYS_RESOURCE here: it could not lower its own score
+        "podLogsDir": str(root / "pod-logs"),
+        "volumePluginDir": str(root / "volume-plugins"),
+    }
+
+
+def kubelet_argv(
+    binary: Path, *, name: str, kubeconfig: Path, root: Path, config: Path
+) -> list[str]:
+    return [
+        str(binary),
+        f"--config={config}",
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={name}",
+        f"--root-dir={root}",
+        f"--cert-dir={root / 'pki'}",
+    ]
+
+
+def write_kubelet_config(path: Path, config: dict[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    return [p for p in CGROUP_ROOT.iterdir() if p.is_dir() and not p.is_symlink()]
+
+
+def _kubepods() -> set[Path]:
+    return {d for h in _cgroup_hierarchies() for d in h.glob("kubepods*") if d.is_dir()}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+@dataclass(kw_only=True)
+class HostState:
+    """What the kubelet may change outside its root dir, as found before it started."""
+
+    sysctls: dict[str, str | None] = field(default_factory=dict)
+    cgroups: set[Path] = field(default_factory=set)
+    container_logs_existed: bool = True
+
+    @classmethod
+    def snapshot(cls) -> HostState:
+        return cls(
+            sysctls={k: _read(Path("/proc/sys") / k) for k in KERNEL_TUNABLES},
+            cgroups=_kubepods(),
+            container_logs_existed=CONTAINER_LOGS.exists(),
+        )
+
+    def changes(self) -> list[str]:
+        """What differs now (for the report)."""
+        found = [
+            f"sysctl {k}: {old and old.strip()} -> {(_read(Path('/proc/sys') / k) or '').strip()}"
+            for k, old in self.sysctls.items()
+            if _read(Path("/proc/sys") / k) != old
+        ]
+        found += [f"cgroup {d}" for d in sorted(_kubepods() - self.cgroups)]
+        if not self.container_logs_existed and CONTAINER_LOGS.exists():
+            found.append(f"directory {CONTAINER_LOGS}")
+        return found
+
+    def restore(self) -> None:
+        """Put the sysctls back, remove new kubepods cgroups (deepest first) and the log dir."""
+        for key, old in self.sysctls.items():
+            if old is not None and _read(Path("/proc/sys") / key) != old:
+                with contextlib.suppress(OSError):
+                    (Path("/proc/sys") / key).write_text(old)
+        for top in sorted(_kubepods() - self.cgroups):
+            for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
+        if not self.container_logs_existed:
+            with contextlib.suppress(OSError):
+                CONTAINER_LOGS.rmdir()
