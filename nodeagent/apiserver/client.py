@@ -37,11 +37,28 @@ USER_AGENT = f"nodeagent/{__version__} (linux/{_ARCH})"
 
 
 class _Session:
-    def __init__(self, endpoint: Endpoint, client: httpx.AsyncClient) -> None:
+    """The connections for one set of credentials.
+
+    Every watch shares one HTTP/2 connection (``watch_client``); requests (Lease renewals,
+    status patches, gets) use a second one (``client``). On a single connection shared by
+    three or more long-running watches, httpcore2's HTTP/2 reader sometimes fails to hand a
+    request its response body until the next frame arrives (a PATCH answered 200 whose body
+    waited 10 s; reproduced against kube-apiserver v1.36.3, httpcore2 2.16.2). Keeping the
+    heartbeat's requests off the watch connection removes that stall from the heartbeat path.
+    """
+
+    def __init__(
+        self, endpoint: Endpoint, client: httpx.AsyncClient, watch_client: httpx.AsyncClient
+    ) -> None:
         self.endpoint = endpoint
         self.client = client
+        self.watch_client = watch_client
         self.active = 0
         self.retired = False
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await self.watch_client.aclose()
 
 
 class ApiClient:
@@ -94,8 +111,8 @@ class ApiClient:
         )
         self._new_session(endpoint)
 
-    def _new_session(self, endpoint: Endpoint) -> None:
-        client = httpx.AsyncClient(
+    def _http_client(self, endpoint: Endpoint) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             base_url=endpoint.server,
             verify=endpoint.ssl_context(),
             http2=self._http2,
@@ -103,7 +120,10 @@ class ApiClient:
             trust_env=False,
             headers={"Accept": "application/json", "User-Agent": USER_AGENT, **endpoint.headers()},
         )
-        old, self._session = self._session, _Session(endpoint, client)
+
+    def _new_session(self, endpoint: Endpoint) -> None:
+        session = _Session(endpoint, self._http_client(endpoint), self._http_client(endpoint))
+        old, self._session = self._session, session
         self._ready.set()
         if old is not None:
             old.retired = True
@@ -126,19 +146,19 @@ class ApiClient:
         self._last_reset = now
         self._log.info("Closing apiserver connections", server=session.endpoint.server)
         self._new_session(session.endpoint)
-        await session.client.aclose()
+        await session.aclose()
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
         self._ready.clear()
         await self._close_idle_retired()
         if session is not None:
-            await session.client.aclose()
+            await session.aclose()
 
     async def _close_idle_retired(self) -> None:
         # set_endpoint is synchronous, so idle retired sessions are closed by the next call.
         while self._idle_retired:
-            await self._idle_retired.pop().client.aclose()
+            await self._idle_retired.pop().aclose()
 
     @contextlib.asynccontextmanager
     async def _use(self) -> AsyncIterator[_Session]:
@@ -152,7 +172,7 @@ class ApiClient:
         finally:
             session.active -= 1
             if session.retired and session.active == 0:
-                await session.client.aclose()
+                await session.aclose()
 
     # --- raw requests -----------------------------------------------------------------------
 
@@ -315,7 +335,7 @@ class ApiClient:
         http_timeout = httpx.Timeout(self._timeout, read=timeout_seconds + 30.0)
         async with self._use() as session:
             try:
-                async with session.client.stream(
+                async with session.watch_client.stream(
                     "GET",
                     path,
                     params=params,

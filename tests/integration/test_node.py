@@ -344,7 +344,7 @@ async def test_node_restriction_forbids_what_a_node_may_not_do(
     assert "node-restriction.kubernetes.io/" in str(restricted_label.value)
 
 
-async def test_all_calls_share_one_http2_connection(
+async def test_watches_share_one_http2_connection_and_requests_one_more(
     control_plane: Any, node_name: str, bootstrap: Path, tmp_path: Path
 ) -> None:
     import psutil  # type: ignore[import-untyped]
@@ -358,7 +358,9 @@ async def test_all_calls_share_one_http2_connection(
             if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
         ]
 
-    assert len(conns) == 1, conns
+    # One HTTP/2 connection carries every watch, one every request (see apiserver._Session:
+    # requests are kept off the watch connection because of an httpcore2 HTTP/2 stall).
+    assert len(conns) == 2, conns
 
 
 @pytest.fixture
