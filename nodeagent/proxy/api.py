@@ -1,0 +1,140 @@
+"""Services and EndpointSlices (decoded JSON) to the proxy's model. Pure; the only place that
+reads API fields.
+
+Follows kube-proxy: ExternalName and headless Services are not proxied, nor Services labelled
+``service.kubernetes.io/service-proxy-name`` (another proxy owns them); LoadBalancer ingress
+IPs with ``ipMode: Proxy`` are left to the load balancer; ``externalTrafficPolicy`` counts only
+for externally reachable Services; EndpointSlices belong to the Service named by their
+``kubernetes.io/service-name`` label; an endpoint's missing ``ready`` means ready, missing
+``serving`` means as ready, missing ``terminating`` means not terminating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from nodeagent.apiserver.resources import Resource
+from nodeagent.proxy.model import (
+    DEFAULT_AFFINITY_TIMEOUT,
+    PROTOCOLS,
+    Endpoint,
+    Protocol,
+    ServiceName,
+    ServicePort,
+    ServicePortName,
+)
+
+Obj = dict[str, Any]
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+PortKey = tuple[str, Protocol]  # (port name, protocol)
+
+
+def name_of(obj: Obj) -> ServiceName:
+    meta = obj.get("metadata") or {}
+    return ServiceName(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def service_of_slice(obj: Obj) -> ServiceName | None:
+    meta = obj.get("metadata") or {}
+    service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return ServiceName(str(meta.get("namespace") or ""), str(service)) if service else None
+
+
+def service_ports(obj: Obj) -> list[ServicePort]:
+    """The proxied ports of one Service (empty when it is not proxied at all)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if PROXY_NAME_LABEL in (meta.get("labels") or {}):
+        return []
+    kind = spec.get("type") or "ClusterIP"
+    cluster_ips = tuple(
+        ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"
+    )
+    if kind == "ExternalName" or not cluster_ips:
+        return []
+    external_ips = tuple(spec.get("externalIPs") or ())
+    lb_ips: tuple[str, ...] = ()
+    if kind == "LoadBalancer":
+        ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        lb_ips = tuple(i["ip"] for i in ingress if i.get("ip") and i.get("ipMode") != "Proxy")
+    reachable = kind in ("NodePort", "LoadBalancer") or bool(external_ips)
+    affinity = None
+    if spec.get("sessionAffinity") == "ClientIP":
+        config = (spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}
+        affinity = int(config.get("timeoutSeconds") or DEFAULT_AFFINITY_TIMEOUT)
+    service = name_of(obj)
+    ports = []
+    for port in spec.get("ports") or []:
+        protocol = _protocol(port.get("protocol"))
+        if protocol is None:
+            continue
+        node_port = port.get("nodePort") if kind in ("NodePort", "LoadBalancer") else None
+        ports.append(
+            ServicePort(
+                name=ServicePortName(service, str(port.get("name") or ""), protocol),
+                port=int(port["port"]),
+                cluster_ips=cluster_ips,
+                node_port=int(node_port) if node_port else None,
+                external_ips=external_ips,
+                load_balancer_ips=lb_ips,
+                affinity_timeout=affinity,
+                internal_local=spec.get("internalTrafficPolicy") == "Local",
+                external_local=reachable and spec.get("externalTrafficPolicy") == "Local",
+            )
+        )
+    return ports
+
+
+def endpoints_by_port(slices: Iterable[Obj]) -> dict[PortKey, tuple[Endpoint, ...]]:
+    """The endpoints of one Service per (port name, protocol), merged over its slices.
+
+    The same address:port in two slices (a slice being replaced) counts once, ready first.
+    """
+    merged: dict[PortKey, dict[tuple[str, int], Endpoint]] = {}
+    for obj in slices:
+        if obj.get("addressType") not in ("IPv4", "IPv6"):
+            continue
+        for port in obj.get("ports") or []:
+            protocol = _protocol(port.get("protocol"))
+            number = port.get("port")
+            if protocol is None or not number:
+                continue
+            into = merged.setdefault((str(port.get("name") or ""), protocol), {})
+            for ep in _endpoints(obj, int(number)):
+                have = into.get(ep.target)
+                if have is None or (ep.ready and not have.ready):
+                    into[ep.target] = ep
+    return {key: tuple(sorted(eps.values())) for key, eps in merged.items()}
+
+
+def _endpoints(obj: Obj, port: int) -> Iterable[Endpoint]:
+    for ep in obj.get("endpoints") or []:
+        cond = ep.get("conditions") or {}
+        ready = cond.get("ready") is not False
+        serving = cond.get("serving")
+        for address in ep.get("addresses") or []:
+            yield Endpoint(
+                ip=str(address),
+                port=port,
+                node_name=str(ep.get("nodeName") or ""),
+                ready=ready,
+                serving=ready if serving is None else bool(serving),
+                terminating=cond.get("terminating") is True,
+            )
+
+
+def _protocol(value: object) -> Protocol | None:
+    text = str(value or "TCP").lower()
+    for protocol in PROTOCOLS:
+        if protocol == text:
+            return protocol
+    return None
+
+
+# Cluster-wide list/watch of namespaced resources: ``Resource.path`` requires a namespace for
+# namespaced resources, so the proxy's caches use these descriptors (list and watch only).
+SERVICES_ALL = Resource("", "v1", "services", "Service", namespaced=False)
+ENDPOINTSLICES_ALL = Resource(
+    "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=False
+)

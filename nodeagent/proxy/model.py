@@ -1,0 +1,89 @@
+"""What the proxy knows about Services and their endpoints: small frozen values, no API dicts.
+
+A :class:`ServicePort` is one port of one Service (kube-proxy's ``ServicePortName`` plus what it
+needs to program: cluster IPs, NodePort, external and load-balancer IPs, affinity, traffic
+policies). An :class:`Endpoint` is one address:port from an EndpointSlice with its conditions.
+Built from API objects by :mod:`nodeagent.proxy.api`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nodeagent.nft.objects import Family
+
+Protocol = Literal["tcp", "udp", "sctp"]
+PROTOCOLS: tuple[Protocol, ...] = ("tcp", "udp", "sctp")
+DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds, as the API defaults ClientIP timeoutSeconds
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ServiceName:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ServicePortName:
+    service: ServiceName
+    port: str  # the port's name, "" for a single unnamed port
+    protocol: Protocol
+
+    def __str__(self) -> str:
+        text = f"{self.service}:{self.port}" if self.port else str(self.service)
+        return text if self.protocol == "tcp" else f"{text}/{self.protocol}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: ServicePortName
+    port: int
+    cluster_ips: tuple[str, ...]
+    node_port: int | None = None
+    external_ips: tuple[str, ...] = ()
+    load_balancer_ips: tuple[str, ...] = ()
+    affinity_timeout: int | None = None  # seconds; None = no ClientIP affinity
+    internal_local: bool = False  # internalTrafficPolicy: Local
+    external_local: bool = False  # externalTrafficPolicy: Local (externally reachable only)
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.name.protocol
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Endpoint:
+    ip: str
+    port: int
+    node_name: str = ""
+    ready: bool = True
+    serving: bool = True
+    terminating: bool = False
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+    @property
+    def target(self) -> tuple[str, int]:
+        return (self.ip, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The endpoints a service port uses: all usable ones, and the usable ones on this node."""
+
+    cluster: tuple[Endpoint, ...] = ()
+    local: tuple[Endpoint, ...] = ()
+
+
+def family_of(address: str) -> Family | None:
+    """The family of an address the apiserver validated (cheap: no parsing); None for names."""
+    if ":" in address:
+        return "ip6"
+    if address[-1:].isdigit() and address.count(".") == 3:
+        return "ip"
+    return None

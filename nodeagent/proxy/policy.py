@@ -1,0 +1,42 @@
+"""Pure decisions: which endpoints a service port uses, and which slot each endpoint keeps.
+
+:func:`select` is kube-proxy's endpoint categorisation without topology hints: ready endpoints,
+or, only when none is ready, the ones that are serving and terminating (so connections drain
+to them instead of failing); the same again restricted to this node for ``Local`` policies.
+
+:func:`assign_slots` keeps load-balancing slots stable: the endpoints map is keyed by
+``service . slot``, so an endpoint that survives a change keeps its slot and a change of one
+endpoint rewrites one element, not all of them. New endpoints fill holes first; then the last
+slots move into the remaining holes so slots stay ``0..n-1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from nodeagent.proxy.model import Endpoint, Selection
+
+
+def select(endpoints: Iterable[Endpoint], *, node_name: str) -> Selection:
+    eps = list(endpoints)
+    cluster = [e for e in eps if e.ready] or [e for e in eps if e.serving and e.terminating]
+    mine = [e for e in eps if node_name and e.node_name == node_name]
+    local = [e for e in mine if e.ready] or [e for e in mine if e.serving and e.terminating]
+    return Selection(cluster=tuple(cluster), local=tuple(local))
+
+
+def assign_slots(previous: Sequence[Endpoint], current: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
+    wanted = {ep.target: ep for ep in current}
+    slots: list[Endpoint | None] = [wanted.pop(ep.target, None) for ep in previous]
+    newcomers = sorted(wanted.values(), reverse=True)
+    for i, slot in enumerate(slots):
+        if slot is None and newcomers:
+            slots[i] = newcomers.pop()
+    slots.extend(reversed(newcomers))
+    for hole in [i for i, slot in enumerate(slots) if slot is None]:
+        while slots and slots[-1] is None:
+            slots.pop()
+        if hole >= len(slots):
+            break
+        slots[hole] = slots.pop()
+    return tuple(s for s in slots if s is not None)
