@@ -16,6 +16,7 @@ from nodeagent import __version__, config
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
 from nodeagent.nodestatus import cli as status_cli
+from nodeagent.proxy import cli as proxy_cli
 
 EXIT_USAGE = 2
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config_cli.register(sub)
     status_cli.register(sub)
+    proxy_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
