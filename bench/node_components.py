@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,12 @@ def _kubepods() -> set[Path]:
     return {d for h in _cgroup_hierarchies() for d in h.glob("kubepods*") if d.is_dir()}
 
 
+def _nft_tables() -> set[str]:
+    """Root-namespace nft tables as "family name" strings."""
+    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False)
+    return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -122,6 +129,7 @@ class HostState:
     sysctls: dict[str, str | None] = field(default_factory=dict)
     cgroups: set[Path] = field(default_factory=set)
     container_logs_existed: bool = True
+    nft_tables: set[str] = field(default_factory=set)
 
     @classmethod
     def snapshot(cls) -> HostState:
@@ -129,6 +137,7 @@ class HostState:
             sysctls={k: _read(Path("/proc/sys") / k) for k in KERNEL_TUNABLES},
             cgroups=_kubepods(),
             container_logs_existed=CONTAINER_LOGS.exists(),
+            nft_tables=_nft_tables(),
         )
 
     def changes(self) -> list[str]:
@@ -141,6 +150,7 @@ class HostState:
         found += [f"cgroup {d}" for d in sorted(_kubepods() - self.cgroups)]
         if not self.container_logs_existed and CONTAINER_LOGS.exists():
             found.append(f"directory {CONTAINER_LOGS}")
+        found += [f"nft table {t}" for t in sorted(_nft_tables() - self.nft_tables)]
         return found
 
     def restore(self) -> None:
@@ -156,3 +166,7 @@ class HostState:
         if not self.container_logs_existed:
             with contextlib.suppress(OSError):
                 CONTAINER_LOGS.rmdir()
+        # The kubelet's iptables-nft canary and firewall chains (KUBE-KUBELET-CANARY,
+        # KUBE-FIREWALL) live in tables it creates in the root namespace.
+        for table in sorted(_nft_tables() - self.nft_tables):
+            subprocess.run(["nft", "delete", "table", *table.split()], check=False)
