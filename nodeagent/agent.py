@@ -30,7 +30,9 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.pods import pod_managers
 from nodeagent.runtimestate import RuntimeState
+from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
 EXIT_OK = 0
@@ -164,7 +166,7 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     node = settings_from_config(config, hostname=hostinfo.hostname())
     managers: list[Manager] = []
     if api_server_mode(node):
-        managers += _node_managers(node, runtime_endpoint=config.kubelet.container_runtime_endpoint)
+        managers += _node_managers(node, config=config)
     else:
         # The kubelet's standalone mode: without credentials there is no API server to talk
         # to. Say so loudly; the managers that need no API server still run.
@@ -188,9 +190,10 @@ def api_server_mode(node: NodeSettings) -> bool:
     return node.kubeconfig.exists() or node.bootstrap_kubeconfig is not None
 
 
-def _node_managers(node: NodeSettings, *, runtime_endpoint: str) -> list[Manager]:
-    """The node in the cluster (issue 4). Stopped in reverse order: the API client closes
-    last and the Lease keeps renewing until everything after it has stopped."""
+def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
+    """The node in the cluster (issue 4) and its pods (issue 5). Stopped in reverse order:
+    the pods first, the API client last; the Lease keeps renewing until everything after it
+    has stopped."""
     clock = RealClock()
     api = ApiClient()  # its identity arrives from the credentials manager (TLS bootstrap)
     report = NodeReport(path=node.root_dir / STATE_FILE, node_name=node.node_name, clock=clock)
@@ -230,7 +233,8 @@ def _node_managers(node: NodeSettings, *, runtime_endpoint: str) -> list[Manager
             settings=node,
             clock=clock,
             runtime_status=lambda: RuntimeStatus(
-                errors=runtime.errors(), version=runtime.version()
+                errors=(*runtime.errors(), *filter(None, [pods.pleg.health()])),
+                version=runtime.version(),
             ),
         ),
         on_repeated_failure=api.reset_connections,
@@ -238,6 +242,17 @@ def _node_managers(node: NodeSettings, *, runtime_endpoint: str) -> list[Manager
     )
     # The runtime's health feeds Ready; a change re-evaluates the node status at once.
     runtime = RuntimeState(
-        endpoint=runtime_endpoint, connect=kuberuntime.connect, on_change=status.poke
+        endpoint=config.kubelet.container_runtime_endpoint,
+        connect=kuberuntime.connect,
+        on_change=status.poke,
     )
-    return [api, lease, credentials, node_cache, events, runtime, status, report]
+    pods = pod_managers(
+        config,
+        api=api,
+        clock=clock,
+        node_name=node.node_name,
+        get_node=lambda: node_cache.get(node.node_name),
+        node_ips=tuple(str(ip) for ip in node.node_ips),
+        deleter=GracePeriodZeroDeleter(api=api),
+    )
+    return [api, lease, credentials, node_cache, events, runtime, status, report, *pods.managers]

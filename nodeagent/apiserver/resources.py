@@ -31,9 +31,10 @@ class Resource:
         """``/api/v1/namespaces/<ns>/<plural>/<name>/<sub>`` (parts omitted when not given)."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced:
-            if not namespace:
+            if namespace:
+                base += f"/namespaces/{namespace}"
+            elif name is not None:
                 raise ValueError(f"{self.plural} is namespaced: a namespace is required")
-            base += f"/namespaces/{namespace}"
         elif namespace:
             raise ValueError(f"{self.plural} is cluster-scoped: no namespace allowed")
         base += f"/{self.plural}"

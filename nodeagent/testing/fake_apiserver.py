@@ -335,8 +335,10 @@ class FakeApiServer:
         deadline = loop.time() + timeout_seconds
         try:
             while True:
-                try:  # no asyncio.timeout() around a yield: it would cancel the consumer
-                    item = await asyncio.wait_for(watcher.queue.get(), deadline - loop.time())
+                try:  # the timeout wraps only the get, never the yield; wait_for on 3.11 can
+                    # swallow a cancellation that arrives with a result and hang teardown
+                    async with asyncio.timeout_at(deadline):
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     return
                 if item is None:

@@ -1,0 +1,109 @@
+"""Pod admission: does a pod bound to this node fit, and can the agent run it?
+
+``admit_pod`` follows the kubelet's predicate admit handler: the pod's ``spec.os`` must be
+linux, then the scheduler's resource fit on allocatable minus what the admitted pods request
+(pods count first, then cpu, memory, ephemeral-storage). A refusal carries the kubelet's reason
+(``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``, ``OutOfephemeral-storage``) and message
+(``Node didn't have enough resource: cpu, requested: 500, used: 1800, capacity: 2000``).
+Features nodeagent does not implement are refused with a reason of their own. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from nodeagent.podspec import Container, Pod
+from nodeagent.quantity import milli_value, value
+
+CHECKED: Final = ("cpu", "memory", "ephemeral-storage")
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitResult:
+    admit: bool
+    reason: str = ""
+    message: str = ""
+
+
+ADMITTED: Final = AdmitResult(admit=True)
+
+
+def _amount(resource: str, raw: str | int | float) -> int:
+    return milli_value(raw) if resource == "cpu" else value(raw)
+
+
+def _container_requests(container: Container) -> dict[str, int]:
+    return {
+        name: _amount(name, raw)
+        for name, raw in container.resources.requests.items()
+        if name in CHECKED
+    }
+
+
+def pod_requests(pod: Pod) -> dict[str, int]:
+    """cpu (millicores), memory and ephemeral-storage (bytes) the scheduler counts for ``pod``:
+    the sum over containers, at least the largest init container, plus the overhead."""
+    total: dict[str, int] = dict.fromkeys(CHECKED, 0)
+    for container in pod.spec.containers:
+        for name, amount in _container_requests(container).items():
+            total[name] += amount
+    for container in pod.spec.init_containers:
+        for name, amount in _container_requests(container).items():
+            total[name] = max(total[name], amount)
+    for name, raw in pod.spec.overhead.items():
+        if name in total:
+            total[name] += _amount(name, raw)
+    return total
+
+
+def unsupported(pod: Pod) -> AdmitResult | None:
+    if pod.spec.os is not None and pod.spec.os.name != "linux":
+        return AdmitResult(
+            False,
+            "PodOSNotSupported",
+            "Failed to admit pod as the OS field doesn't match node OS",
+        )
+    for container in pod.spec.init_containers:
+        if container.restart_policy == "Always":
+            return AdmitResult(
+                False,
+                "SidecarContainersNotSupported",
+                f'init container "{container.name}" has restartPolicy Always (a sidecar '
+                "container); nodeagent does not run sidecar containers yet",
+            )
+    return None
+
+
+def admit_pod(
+    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+) -> AdmitResult:
+    """Whether ``pod`` may run next to the ``admitted`` (non-terminal) pods."""
+    refused = unsupported(pod)
+    if refused is not None:
+        return refused
+    capacity_pods = int(value(allocatable.get("pods", 0)))
+    if len(admitted) + 1 > capacity_pods:
+        return _out_of("pods", 1, len(admitted), capacity_pods)
+    wanted = pod_requests(pod)
+    if not any(wanted.values()):
+        return ADMITTED
+    used: dict[str, int] = dict.fromkeys(CHECKED, 0)
+    for other in admitted:
+        for name, amount in pod_requests(other).items():
+            used[name] += amount
+    for name in CHECKED:
+        capacity = _amount(name, allocatable.get(name, 0))
+        if wanted[name] > 0 and wanted[name] > capacity - used[name]:
+            return _out_of(name, wanted[name], used[name], capacity)
+    return ADMITTED
+
+
+def _out_of(resource: str, requested: int, used: int, capacity: int) -> AdmitResult:
+    return AdmitResult(
+        False,
+        f"OutOf{resource}",
+        f"Node didn't have enough resource: {resource}, requested: {requested}, "
+        f"used: {used}, capacity: {capacity}",
+    )

@@ -1,0 +1,165 @@
+"""The ContainerConfig of one container, as the kubelet's ``generateContainerConfig`` builds it.
+
+Metadata (name, attempt = restart count), the resolved image, command and args with ``$(VAR)``
+expanded, working dir, environment (``env.py``), the ``io.kubernetes.*`` labels and
+annotations, the log path ``<container>/<restartCount>.log`` (relative to the sandbox's log
+directory), mounts given by the caller, and the Linux part: resources (cpu shares, CFS quota,
+memory limit, OOM score adjustment) and the security context. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.kuberuntime import labels
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.env import (
+    ContainerConfigError,
+    EnvInputs,
+    expand_command,
+    make_environment,
+)
+from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+from nodeagent.kuberuntime.sandbox import namespace_options
+from nodeagent.podspec import Container, Pod
+from nodeagent.qos import container_oom_score_adj
+from nodeagent.quantity import milli_value, value
+
+MIN_SHARES: Final = 2
+MAX_SHARES: Final = 262144
+SHARES_PER_CPU: Final = 1024
+MIN_QUOTA_PERIOD: Final = 1000
+DEFAULT_MASKED_PATHS: Final = (
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+)
+DEFAULT_READONLY_PATHS: Final = (
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+)
+
+
+def milli_cpu_to_shares(milli_cpu: int) -> int:
+    if milli_cpu == 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, min(MAX_SHARES, milli_cpu * SHARES_PER_CPU // 1000))
+
+
+def milli_cpu_to_quota(milli_cpu: int, period: int) -> int:
+    if milli_cpu == 0:
+        return 0
+    return max(MIN_QUOTA_PERIOD, milli_cpu * period // 1000)
+
+
+def container_log_path(container: Container, restart_count: int) -> str:
+    return f"{container.name}/{restart_count}.log"
+
+
+def linux_resources(
+    pod: Pod, container: Container, settings: PodRuntimeSettings
+) -> cri.LinuxContainerResources:
+    requests, limits = container.resources.requests, container.resources.limits
+    cpu_limit = milli_value(limits.get("cpu", 0))
+    if "cpu" not in requests and "cpu" in limits:
+        shares = milli_cpu_to_shares(cpu_limit)
+    else:
+        shares = milli_cpu_to_shares(milli_value(requests.get("cpu", 0)))
+    resources = cri.LinuxContainerResources(
+        cpu_shares=shares,
+        memory_limit_in_bytes=value(limits.get("memory", 0)),
+        oom_score_adj=container_oom_score_adj(pod, container, settings.memory_capacity),
+    )
+    if settings.cpu_cfs_quota:
+        period = settings.cpu_cfs_quota_period_us
+        resources.cpu_quota = milli_cpu_to_quota(cpu_limit, period)
+        resources.cpu_period = period
+    return resources
+
+
+def security_context(pod: Pod, container: Container) -> api.LinuxContainerSecurityContext:
+    csc, psc = container.security_context, pod.spec.security_context
+    out = api.LinuxContainerSecurityContext(
+        namespace_options=namespace_options(pod),
+        seccomp=api.SecurityProfile(profile_type=api.SecurityProfile.Unconfined),
+    )
+    run_as_user = csc.run_as_user if csc and csc.run_as_user is not None else None
+    if run_as_user is None and psc is not None:
+        run_as_user = psc.run_as_user
+    run_as_group = csc.run_as_group if csc and csc.run_as_group is not None else None
+    if run_as_group is None and psc is not None:
+        run_as_group = psc.run_as_group
+    non_root = csc.run_as_non_root if csc and csc.run_as_non_root is not None else None
+    if non_root is None and psc is not None:
+        non_root = psc.run_as_non_root
+    if non_root and run_as_user == 0:
+        raise ContainerConfigError(
+            f"container's runAsUser breaks non-root policy (pod: \"{pod.name}_{pod.namespace}"
+            f'({pod.uid})", container: {container.name})'
+        )
+    if run_as_user is not None:
+        out.run_as_user.value = run_as_user
+    if run_as_group is not None:
+        out.run_as_group.value = run_as_group
+    if csc is not None:
+        out.privileged = bool(csc.privileged)
+        out.readonly_rootfs = bool(csc.read_only_root_filesystem)
+        out.no_new_privs = csc.allow_privilege_escalation is False
+        if csc.capabilities is not None:
+            out.capabilities.add_capabilities.extend(csc.capabilities.add)
+            out.capabilities.drop_capabilities.extend(csc.capabilities.drop)
+    if psc is not None:
+        if psc.fs_group is not None:
+            out.supplemental_groups.append(psc.fs_group)
+        out.supplemental_groups.extend(psc.supplemental_groups)
+    out.masked_paths.extend(DEFAULT_MASKED_PATHS)
+    out.readonly_paths.extend(DEFAULT_READONLY_PATHS)
+    return out
+
+
+def build_container_config(
+    pod: Pod,
+    container: Container,
+    *,
+    image_ref: str,
+    restart_count: int,
+    settings: PodRuntimeSettings,
+    inputs: EnvInputs,
+    mounts: Sequence[cri.Mount] = (),
+) -> cri.ContainerConfig:
+    """Raises ``ContainerConfigError`` with the kubelet's message when the environment or the
+    security context cannot be honoured."""
+    env = make_environment(pod, container, inputs)
+    command, args = expand_command(container, env)
+    return cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name=container.name, attempt=restart_count),
+        image=cri.ImageSpec(image=image_ref, user_specified_image=container.image),
+        command=command,
+        args=args,
+        working_dir=container.working_dir,
+        envs=[cri.KeyValue(key=k, value=v.encode()) for k, v in env],
+        mounts=list(mounts),
+        labels=labels.container_labels(pod, container),
+        annotations=labels.container_annotations(pod, container, restart_count),
+        log_path=container_log_path(container, restart_count),
+        stdin=container.stdin,
+        stdin_once=container.stdin_once,
+        tty=container.tty,
+        linux=cri.LinuxContainerConfig(
+            resources=linux_resources(pod, container, settings),
+            security_context=security_context(pod, container),
+        ),
+    )

@@ -1,0 +1,279 @@
+"""A container's environment, as the kubelet's ``makeEnvironmentVariables`` computes it.
+
+``envFrom`` first, then ``env`` in order (later wins), ``$(VAR)`` references expanded against
+the variables declared before and the service variables, ``valueFrom`` resolved through the
+downward API (``fieldRef``, ``resourceFieldRef``) or the ConfigMaps and Secrets the caller
+fetched, then the service variables the container did not set. A reference that cannot be
+resolved raises :class:`ContainerConfigError` with the kubelet's message; the container then
+waits with reason ``CreateContainerConfigError``. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from nodeagent.podspec import (
+    Container,
+    EnvVarSource,
+    KeySelector,
+    Pod,
+    ResourceFieldSelector,
+)
+from nodeagent.quantity import parse_quantity
+
+DEFAULTED_LIMITS: Final = ("cpu", "memory", "ephemeral-storage")
+
+
+class ContainerConfigError(ValueError):
+    """The container's configuration cannot be generated (``CreateContainerConfigError``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvInputs:
+    pod_ips: tuple[str, ...] = ()
+    host_ips: tuple[str, ...] = ()
+    node_allocatable: Mapping[str, str] = field(default_factory=dict)
+    service_env: Mapping[str, str] = field(default_factory=dict)
+    config_maps: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    """ConfigMap name -> data; None when the ConfigMap does not exist."""
+    secrets: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+
+
+def expand(text: str, lookup: Callable[[str], str | None]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: ``$$`` is a literal ``$``, unknown names stay as is."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    found = lookup(name)
+                    out.append(found if found is not None else f"$({name})")
+                    i = end + 1
+                    continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def format_map(values: Mapping[str, str]) -> str:
+    return "\n".join(f"{k}={json.dumps(values[k])}" for k in sorted(values))
+
+
+def field_value(field_path: str, pod: Pod, inputs: EnvInputs) -> str:
+    simple = {
+        "spec.nodeName": pod.spec.node_name,
+        "spec.serviceAccountName": pod.spec.service_account_name,
+        "status.hostIP": inputs.host_ips[0] if inputs.host_ips else "",
+        "status.hostIPs": ",".join(inputs.host_ips),
+        "status.podIP": inputs.pod_ips[0] if inputs.pod_ips else "",
+        "status.podIPs": ",".join(inputs.pod_ips),
+        "metadata.name": pod.name,
+        "metadata.namespace": pod.namespace,
+        "metadata.uid": pod.uid,
+        "metadata.labels": format_map(pod.metadata.labels),
+        "metadata.annotations": format_map(pod.metadata.annotations),
+    }
+    if field_path in simple:
+        return simple[field_path]
+    path, bracket, rest = field_path.partition("[")
+    if bracket and rest.endswith("]") and len(rest) > 2 and rest[0] == rest[-2] == "'":
+        key = rest[1:-2]
+        if path == "metadata.labels":
+            return pod.metadata.labels.get(key, "")
+        if path == "metadata.annotations":
+            return pod.metadata.annotations.get(key, "")
+        raise ContainerConfigError(f'fieldPath "{field_path}" does not support subscript')
+    raise ContainerConfigError(f"unsupported fieldPath: {field_path}")
+
+
+def resource_value(
+    ref: ResourceFieldSelector, pod: Pod, container: Container, inputs: EnvInputs
+) -> str:
+    target = container
+    if ref.container_name:
+        named = [c for c in (*pod.spec.containers, *pod.spec.init_containers)]
+        match = next((c for c in named if c.name == ref.container_name), None)
+        if match is None:
+            raise ContainerConfigError(f"container {ref.container_name} not found")
+        target = match
+    kind, _, resource = ref.resource.partition(".")
+    if kind not in ("limits", "requests") or not resource:
+        raise ContainerConfigError(f"unsupported container resource : {ref.resource}")
+    values = dict(getattr(target.resources, kind))
+    if kind == "limits":
+        for name in DEFAULTED_LIMITS:
+            if name not in values and name in inputs.node_allocatable:
+                values[name] = inputs.node_allocatable[name]
+    if resource not in ("cpu", "memory", "ephemeral-storage") and not resource.startswith(
+        "hugepages-"
+    ):
+        raise ContainerConfigError(f"unsupported container resource : {ref.resource}")
+    amount = parse_quantity(values.get(resource, 0))
+    divisor = parse_quantity(ref.divisor) if ref.divisor not in (None, "", 0, "0") else 1
+    if resource == "cpu":  # in thousandths, as MilliValue() divides
+        return str(math.ceil(math.ceil(amount * 1000) / math.ceil(divisor * 1000)))
+    return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
+
+
+def _keyed(
+    ref: KeySelector,
+    kind: str,
+    store: Mapping[str, Mapping[str, str] | None],
+    namespace: str,
+) -> str | None:
+    data = store.get(ref.name)
+    if data is None:
+        if ref.optional:
+            return None
+        raise ContainerConfigError(f'{kind.lower()} "{ref.name}" not found')
+    if ref.key not in data:
+        if ref.optional:
+            return None
+        raise ContainerConfigError(f"couldn't find key {ref.key} in {kind} {namespace}/{ref.name}")
+    return data[ref.key]
+
+
+def _value_from(src: EnvVarSource, pod: Pod, container: Container, inputs: EnvInputs) -> str | None:
+    if src.field_ref is not None:
+        return field_value(src.field_ref.field_path, pod, inputs)
+    if src.resource_field_ref is not None:
+        return resource_value(src.resource_field_ref, pod, container, inputs)
+    if src.config_map_key_ref is not None:
+        return _keyed(src.config_map_key_ref, "ConfigMap", inputs.config_maps, pod.namespace)
+    if src.secret_key_ref is not None:
+        return _keyed(src.secret_key_ref, "Secret", inputs.secrets, pod.namespace)
+    return ""
+
+
+def make_environment(pod: Pod, container: Container, inputs: EnvInputs) -> list[tuple[str, str]]:
+    env: dict[str, str] = {}
+    for source in container.env_from:
+        ref, store, kind = (
+            (source.config_map_ref, inputs.config_maps, "configmap")
+            if source.config_map_ref is not None
+            else (source.secret_ref, inputs.secrets, "secret")
+        )
+        if ref is None:
+            continue
+        data = store.get(ref.name)
+        if data is None:
+            if ref.optional:
+                continue
+            raise ContainerConfigError(f'{kind} "{ref.name}" not found')
+        for key, val in data.items():
+            env[source.prefix + key] = val
+
+    def lookup(name: str) -> str | None:
+        return env.get(name, inputs.service_env.get(name))
+
+    for var in container.env:
+        value: str | None = var.value
+        if var.value:
+            value = expand(var.value, lookup)
+        elif var.value_from is not None:
+            value = _value_from(var.value_from, pod, container, inputs)
+            if value is None:
+                continue
+        env[var.name] = value or ""
+    result = list(env.items())
+    result.extend((k, v) for k, v in inputs.service_env.items() if k not in env)
+    return result
+
+
+def expand_command(
+    container: Container, env: Sequence[tuple[str, str]]
+) -> tuple[list[str], list[str]]:
+    values = dict(env)
+    command = [expand(part, values.get) for part in container.command]
+    args = [expand(part, values.get) for part in container.args]
+    return command, args
+
+
+def referenced_objects(pod: Pod) -> tuple[set[str], set[str]]:
+    """Names of the ConfigMaps and Secrets the containers' environments read."""
+    config_maps: set[str] = set()
+    secrets: set[str] = set()
+    for container in (*pod.spec.init_containers, *pod.spec.containers):
+        for source in container.env_from:
+            if source.config_map_ref is not None:
+                config_maps.add(source.config_map_ref.name)
+            if source.secret_ref is not None:
+                secrets.add(source.secret_ref.name)
+        for var in container.env:
+            if var.value_from is not None:
+                if var.value_from.config_map_key_ref is not None:
+                    config_maps.add(var.value_from.config_map_key_ref.name)
+                if var.value_from.secret_key_ref is not None:
+                    secrets.add(var.value_from.secret_key_ref.name)
+    return config_maps, secrets
+
+
+MASTER_SERVICES: Final = frozenset({"kubernetes"})
+
+
+def _env_name(text: str) -> str:
+    return text.replace("-", "_").upper()
+
+
+def _one_service_env(service: Mapping[str, Any]) -> list[tuple[str, str]]:
+    spec = service.get("spec") or {}
+    ip = str(spec.get("clusterIP") or "")
+    ports = spec.get("ports") or []
+    if not ports:
+        return []
+    prefix = _env_name(str(service["metadata"]["name"]))
+    out = [(f"{prefix}_SERVICE_HOST", ip), (f"{prefix}_SERVICE_PORT", str(ports[0]["port"]))]
+    out += [
+        (f"{prefix}_SERVICE_PORT_{_env_name(p['name'])}", str(p["port"]))
+        for p in ports
+        if p.get("name")
+    ]
+    host = f"[{ip}]" if ":" in ip else ip
+    for index, port in enumerate(ports):
+        proto = str(port.get("protocol") or "TCP")
+        url = f"{proto.lower()}://{host}:{port['port']}"
+        if index == 0:
+            out.append((f"{prefix}_PORT", url))
+        port_prefix = f"{prefix}_PORT_{port['port']}_{proto.upper()}"
+        out += [
+            (port_prefix, url),
+            (f"{port_prefix}_PROTO", proto.lower()),
+            (f"{port_prefix}_PORT", str(port["port"])),
+            (f"{port_prefix}_ADDR", ip),
+        ]
+    return out
+
+
+def service_env(
+    services: Sequence[Mapping[str, Any]], *, namespace: str, enable_service_links: bool
+) -> dict[str, str]:
+    """Docker-link style variables for Services: always the ``kubernetes`` Service of
+    ``default``, and the pod's namespace's Services when ``enableServiceLinks``."""
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for service in services:
+        meta = service.get("metadata") or {}
+        ip = (service.get("spec") or {}).get("clusterIP")
+        if not ip or ip == "None":
+            continue
+        name = str(meta.get("name", ""))
+        if meta.get("namespace") == "default" and name in MASTER_SERVICES:
+            chosen.setdefault(name, service)
+        elif meta.get("namespace") == namespace and enable_service_links:
+            chosen[name] = service
+    env: dict[str, str] = {}
+    for name in sorted(chosen):
+        env.update(_one_service_env(chosen[name]))
+    return env

@@ -1,0 +1,92 @@
+"""Image presence for a container, as the kubelet's ``EnsureImageExists``.
+
+``imagePullPolicy`` decides: ``Never`` uses a present image or fails with
+``ErrImageNeverPull``; ``IfNotPresent`` pulls when absent; ``Always`` pulls every time. A failed
+pull gives ``ErrImagePull`` with the runtime's message and starts a back-off (10s doubling to
+300s per pod and image); while it lasts the container waits with ``ImagePullBackOff``
+(``Back-off pulling image "<image>"``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.backoff import Backoff, image_key
+from nodeagent.kuberuntime.errors import CriError
+from nodeagent.kuberuntime.imageref import parse_image_ref
+from nodeagent.kuberuntime.results import (
+    ERR_IMAGE_NEVER_PULL,
+    ERR_IMAGE_PULL,
+    IMAGE_PULL_BACK_OFF,
+    INVALID_IMAGE_NAME,
+    ContainerFailure,
+    SyncResult,
+)
+from nodeagent.kuberuntime.service import ImageService
+from nodeagent.podspec import Container, Pod
+
+PULL_FAILURE_RESYNC: Final = 1.0
+
+
+class ImageFailure(Exception):
+    def __init__(self, failure: ContainerFailure, retry_in: float | None = None) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.retry_in = retry_in
+
+
+class ImageManager:
+    def __init__(self, *, images: ImageService, backoff: Backoff) -> None:
+        self._images = images
+        self._backoff = backoff
+
+    async def ensure_image(
+        self,
+        pod: Pod,
+        container: Container,
+        sandbox_config: cri.PodSandboxConfig,
+        result: SyncResult,
+    ) -> str:
+        """The image id to create ``container`` from; raises ImageFailure."""
+        image = container.image
+        try:
+            parse_image_ref(image)
+        except ValueError as e:
+            message = f'Failed to apply default image tag "{image}": {e}'
+            raise ImageFailure(ContainerFailure(INVALID_IMAGE_NAME, message)) from e
+        try:
+            status = await self._images.image_status(image)
+        except CriError as e:
+            message = f'Failed to inspect image "{image}": {e.status_text}'
+            raise ImageFailure(ContainerFailure("ImageInspectError", message)) from e
+        present = status.image.id if status.HasField("image") else ""
+        policy = container.pull_policy
+        if policy == "Never" or (policy == "IfNotPresent" and present):
+            if present:
+                result.event(
+                    "Normal", "Pulled", f'Container image "{image}" already present on machine'
+                )
+                return present
+            message = f'Container image "{image}" is not present with pull policy of Never'
+            result.event("Warning", "ErrImageNeverPull", message)
+            raise ImageFailure(ContainerFailure(ERR_IMAGE_NEVER_PULL, message))
+        key = image_key(uid=pod.uid, image=image)
+        wait = self._backoff.remaining_since_update(key)
+        if wait > 0:
+            message = f'Back-off pulling image "{image}"'
+            result.event("Normal", "BackOff", message)
+            raise ImageFailure(ContainerFailure(IMAGE_PULL_BACK_OFF, message), retry_in=wait)
+        result.event("Normal", "Pulling", f'Pulling image "{image}"')
+        try:
+            ref = await self._images.pull_image(image, sandbox_config=sandbox_config)
+        except CriError as e:
+            self._backoff.next(key, self._backoff.now())
+            result.event("Warning", "Failed", f'Failed to pull image "{image}": {e.status_text}')
+            failure = ContainerFailure(ERR_IMAGE_PULL, e.status_text)
+            # Sync again shortly: the container then waits with ImagePullBackOff until the
+            # back-off expires, as the kubelet's next sync reports it.
+            raise ImageFailure(failure, retry_in=PULL_FAILURE_RESYNC) from e
+        result.event("Normal", "Pulled", f'Successfully pulled image "{image}"')
+        self._backoff.gc()
+        return ref

@@ -1,0 +1,62 @@
+"""What one pod sync did: per-container start failures with the kubelet's reasons, and when the
+pod must be synced again (a back-off expires).
+
+Reasons (``pkg/kubelet/container/sync_result.go`` and ``images/types.go``): ``CrashLoopBackOff``,
+``ErrImagePull``, ``ImagePullBackOff``, ``ErrImageNeverPull``, ``InvalidImageName``,
+``CreateContainerConfigError``, ``CreateContainerError``, ``RunContainerError``; and for the
+sandbox ``CreatePodSandboxError`` / ``ConfigPodSandboxError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+CRASH_LOOP_BACK_OFF: Final = "CrashLoopBackOff"
+ERR_IMAGE_PULL: Final = "ErrImagePull"
+IMAGE_PULL_BACK_OFF: Final = "ImagePullBackOff"
+ERR_IMAGE_NEVER_PULL: Final = "ErrImageNeverPull"
+INVALID_IMAGE_NAME: Final = "InvalidImageName"
+CREATE_CONTAINER_CONFIG_ERROR: Final = "CreateContainerConfigError"
+CREATE_CONTAINER_ERROR: Final = "CreateContainerError"
+RUN_CONTAINER_ERROR: Final = "RunContainerError"
+CREATE_POD_SANDBOX_ERROR: Final = "CreatePodSandboxError"
+CONFIG_POD_SANDBOX_ERROR: Final = "ConfigPodSandboxError"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerFailure:
+    """Why the last attempt to start a container failed (the kubelet's reason cache)."""
+
+    reason: str
+    message: str = ""
+
+
+@dataclass(slots=True)
+class SyncResult:
+    failures: dict[str, ContainerFailure] = field(default_factory=dict)
+    """Container name -> why it did not start in this sync."""
+    started: list[str] = field(default_factory=list)
+    sandbox_error: ContainerFailure | None = None
+    retry_in: float | None = None
+    """Seconds until a back-off expires and the pod should be synced again."""
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(type, reason, message) the kubelet would record as events on the pod."""
+
+    def retry_after(self, seconds: float) -> None:
+        self.retry_in = seconds if self.retry_in is None else min(self.retry_in, seconds)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def go_seconds(seconds: float) -> str:
+    """A whole number of seconds as Go prints a Duration: ``10s``, ``1m20s``, ``5m0s``."""
+    total = round(seconds)
+    minutes, secs = divmod(total, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"

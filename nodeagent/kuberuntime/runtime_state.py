@@ -1,0 +1,153 @@
+"""What the runtime has for one pod: its sandboxes and containers, newest first.
+
+This is the kubelet's ``kubecontainer.PodStatus``: plain frozen records converted from CRI
+messages once, so the policy functions (``actions``, ``nodeagent.status``) never see protobuf.
+Timestamps are nanoseconds since the epoch, as CRI reports them (0 = not yet).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from nodeagent.kuberuntime import labels
+from nodeagent.kuberuntime import types as cri
+
+NODE_NETWORK = 2  # NamespaceMode.NODE
+
+
+class ContainerState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+_FROM_CRI = {
+    cri.CONTAINER_CREATED: ContainerState.CREATED,
+    cri.CONTAINER_RUNNING: ContainerState.RUNNING,
+    cri.CONTAINER_EXITED: ContainerState.EXITED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRecord:
+    id: str
+    name: str
+    state: ContainerState
+    restart_count: int = 0
+    hash: str = ""
+    created_at: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    image: str = ""
+    image_ref: str = ""
+    image_id: str = ""
+    sandbox_id: str = ""
+    grace_period: int | None = None
+    """The pod's grace period recorded on the container (killing it without its pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRecord:
+    id: str
+    ready: bool
+    attempt: int = 0
+    created_at: int = 0
+    ip: str = ""
+    additional_ips: tuple[str, ...] = ()
+    host_network: bool = False
+
+    @property
+    def ips(self) -> tuple[str, ...]:
+        return (self.ip, *self.additional_ips) if self.ip else ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodRuntimeState:
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: tuple[SandboxRecord, ...] = ()
+    containers: tuple[ContainerRecord, ...] = field(default=())
+
+    def find(self, name: str) -> ContainerRecord | None:
+        """The newest container created for ``name``."""
+        return next((c for c in self.containers if c.name == name), None)
+
+    def running(self) -> list[ContainerRecord]:
+        return [c for c in self.containers if c.state is ContainerState.RUNNING]
+
+    @property
+    def empty(self) -> bool:
+        return not self.sandboxes and not self.containers
+
+
+_R = TypeVar("_R", SandboxRecord, ContainerRecord)
+
+
+def sandbox_record(status: cri.PodSandboxStatus) -> SandboxRecord:
+    network = status.network
+    mode = status.linux.namespaces.options.network
+    return SandboxRecord(
+        id=status.id,
+        ready=status.state == cri.SANDBOX_READY,
+        attempt=status.metadata.attempt,
+        created_at=status.created_at,
+        ip=network.ip,
+        additional_ips=tuple(ip.ip for ip in network.additional_ips),
+        host_network=mode == NODE_NETWORK,
+    )
+
+
+def listed_sandbox_record(sandbox: cri.PodSandbox) -> SandboxRecord:
+    return SandboxRecord(
+        id=sandbox.id,
+        ready=sandbox.state == cri.SANDBOX_READY,
+        attempt=sandbox.metadata.attempt,
+        created_at=sandbox.created_at,
+    )
+
+
+def container_record(status: cri.ContainerStatus, sandbox_id: str = "") -> ContainerRecord:
+    return ContainerRecord(
+        id=status.id,
+        name=status.metadata.name or status.labels.get(labels.CONTAINER_NAME, ""),
+        state=_FROM_CRI.get(status.state, ContainerState.UNKNOWN),
+        restart_count=labels.restart_count_of(status.annotations),
+        hash=status.annotations.get(labels.CONTAINER_HASH, ""),
+        created_at=status.created_at,
+        started_at=status.started_at,
+        finished_at=status.finished_at,
+        exit_code=status.exit_code,
+        reason=status.reason,
+        message=status.message,
+        image=status.image.image,
+        image_ref=status.image_ref,
+        image_id=status.image_id,
+        sandbox_id=sandbox_id,
+        grace_period=labels.grace_period_of(status.annotations, None),
+    )
+
+
+def listed_container_record(container: cri.Container) -> ContainerRecord:
+    return ContainerRecord(
+        id=container.id,
+        name=container.metadata.name or container.labels.get(labels.CONTAINER_NAME, ""),
+        state=_FROM_CRI.get(container.state, ContainerState.UNKNOWN),
+        restart_count=labels.restart_count_of(container.annotations),
+        hash=container.annotations.get(labels.CONTAINER_HASH, ""),
+        created_at=container.created_at,
+        image=container.image.image,
+        image_ref=container.image_ref,
+        sandbox_id=container.pod_sandbox_id,
+    )
+
+
+def newest_first(records: Iterable[_R]) -> tuple[_R, ...]:
+    return tuple(sorted(records, key=lambda r: r.created_at, reverse=True))

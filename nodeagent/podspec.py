@@ -1,0 +1,257 @@
+"""The subset of core/v1 Pod the node agent reads, decoded once at the API edge.
+
+``decode_pod(obj)`` turns the JSON of a Pod into frozen ``msgspec`` structs with the API's
+field names (camelCase on the wire, snake_case here) and the apiserver's defaults filled in for
+what a bare object may lack. The previous ``status`` stays raw JSON: the status code reads a few
+fields of it and writes a whole new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, NewType
+
+import msgspec
+
+PodUID = NewType("PodUID", str)
+
+DEFAULT_TERMINATION_GRACE_PERIOD: Final = 30
+MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
+CONFIG_SOURCE_ANNOTATION: Final = "kubernetes.io/config.source"
+
+
+class _S(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
+    pass
+
+
+class OwnerReference(_S, frozen=True):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
+
+
+class ObjectMeta(_S, frozen=True):
+    name: str = ""
+    namespace: str = "default"
+    uid: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    creation_timestamp: str | None = None
+    resource_version: str = ""
+    owner_references: tuple[OwnerReference, ...] = ()
+
+
+class ContainerPort(_S, frozen=True):
+    container_port: int
+    name: str = ""
+    host_port: int = 0
+    host_ip: str = msgspec.field(name="hostIP", default="")
+    protocol: str = "TCP"
+
+
+class ObjectFieldSelector(_S, frozen=True):
+    field_path: str
+    api_version: str = "v1"
+
+
+class ResourceFieldSelector(_S, frozen=True):
+    resource: str
+    container_name: str = ""
+    divisor: str | int | None = None
+
+
+class KeySelector(_S, frozen=True):
+    key: str
+    name: str = ""
+    optional: bool | None = None
+
+
+class EnvVarSource(_S, frozen=True):
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    secret_key_ref: KeySelector | None = None
+
+
+class EnvVar(_S, frozen=True):
+    name: str
+    value: str = ""
+    value_from: EnvVarSource | None = None
+
+
+class LocalRef(_S, frozen=True):
+    name: str = ""
+    optional: bool | None = None
+
+
+class EnvFromSource(_S, frozen=True):
+    prefix: str = ""
+    config_map_ref: LocalRef | None = None
+    secret_ref: LocalRef | None = None
+
+
+class ResourceRequirements(_S, frozen=True):
+    limits: dict[str, str | int | float] = {}
+    requests: dict[str, str | int | float] = {}
+
+
+class Capabilities(_S, frozen=True):
+    add: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+
+
+class SecurityContext(_S, frozen=True):
+    privileged: bool | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    capabilities: Capabilities | None = None
+
+
+class VolumeMount(_S, frozen=True):
+    name: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+
+
+class Container(_S, frozen=True):
+    name: str
+    image: str = ""
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str = ""
+    ports: tuple[ContainerPort, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    env_from: tuple[EnvFromSource, ...] = ()
+    resources: ResourceRequirements = ResourceRequirements()
+    image_pull_policy: str = ""
+    termination_message_path: str = "/dev/termination-log"
+    termination_message_policy: str = "File"
+    security_context: SecurityContext | None = None
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
+    restart_policy: str | None = None
+    """Only on init containers: ``Always`` makes a sidecar."""
+
+    @property
+    def pull_policy(self) -> str:
+        """The apiserver's default when unset: Always for ``:latest`` or no tag."""
+        if self.image_pull_policy:
+            return self.image_pull_policy
+        last = self.image.rsplit("/", 1)[-1]
+        if "@" in last:
+            return "IfNotPresent"
+        tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
+        return "Always" if tag == "latest" else "IfNotPresent"
+
+
+class Sysctl(_S, frozen=True):
+    name: str
+    value: str
+
+
+class PodSecurityContext(_S, frozen=True):
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    supplemental_groups: tuple[int, ...] = ()
+    fs_group: int | None = None
+    sysctls: tuple[Sysctl, ...] = ()
+
+
+class DNSOption(_S, frozen=True):
+    name: str
+    value: str | None = None
+
+
+class PodDNSConfig(_S, frozen=True):
+    nameservers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[DNSOption, ...] = ()
+
+
+class PodOS(_S, frozen=True):
+    name: str = "linux"
+
+
+class PodSpec(_S, frozen=True):
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    restart_policy: str = "Always"
+    termination_grace_period_seconds: int | None = DEFAULT_TERMINATION_GRACE_PERIOD
+    dns_policy: str = "ClusterFirst"
+    dns_config: PodDNSConfig | None = None
+    host_network: bool = False
+    host_pid: bool = msgspec.field(name="hostPID", default=False)
+    host_ipc: bool = msgspec.field(name="hostIPC", default=False)
+    share_process_namespace: bool | None = None
+    hostname: str = ""
+    subdomain: str = ""
+    set_hostname_as_fqdn: bool | None = msgspec.field(name="setHostnameAsFQDN", default=None)
+    node_name: str = ""
+    service_account_name: str = ""
+    security_context: PodSecurityContext | None = None
+    priority: int | None = None
+    priority_class_name: str = ""
+    runtime_class_name: str | None = None
+    overhead: dict[str, str | int | float] = {}
+    os: PodOS | None = None
+    enable_service_links: bool | None = None
+    volumes: tuple[dict[str, Any], ...] = ()
+
+
+class Pod(_S, frozen=True):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec = PodSpec()
+    status: dict[str, Any] = {}
+
+    @property
+    def uid(self) -> PodUID:
+        return PodUID(self.metadata.uid)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def deleted(self) -> bool:
+        return self.metadata.deletion_timestamp is not None
+
+    @property
+    def is_static(self) -> bool:
+        source = self.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION, "api")
+        return source != "api"
+
+    @property
+    def is_mirror(self) -> bool:
+        return MIRROR_POD_ANNOTATION in self.metadata.annotations
+
+
+def decode_pod(obj: dict[str, Any]) -> Pod:
+    """A Pod from its JSON; raises ``msgspec.ValidationError`` naming the bad field."""
+    return msgspec.convert(obj, Pod, strict=False)
+
+
+def format_pod(pod: Pod) -> str:
+    """``name_namespace(uid)``, as the kubelet's ``format.Pod`` writes pods in messages."""
+    return f"{pod.name}_{pod.namespace}({pod.uid})"
+
+
+def termination_grace_period(pod: Pod) -> int:
+    """The grace the pod gets when it is killed: the deletion's, else the spec's."""
+    if pod.metadata.deletion_grace_period_seconds is not None:
+        return pod.metadata.deletion_grace_period_seconds
+    if pod.spec.termination_grace_period_seconds is not None:
+        return pod.spec.termination_grace_period_seconds
+    return DEFAULT_TERMINATION_GRACE_PERIOD

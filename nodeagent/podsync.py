@@ -1,0 +1,251 @@
+"""The kubelet's three pod sync functions, over the runtime manager and the status manager.
+
+- ``sync_pod``: read the runtime state, report the status computed from it (the kubelet
+  reports before it acts), stop when the phase is terminal, else run the runtime manager's
+  ``sync_pod``, remember why containers failed to start (the reason cache behind
+  ``CrashLoopBackOff``, ``ErrImagePull``, ...) and report the status again if anything moved;
+- ``sync_terminating_pod``: kill the pod with its grace period, report the terminal status;
+- ``sync_terminated_pod``: report the final status; for a deleted pod, ask the status manager
+  to remove the API object;
+- ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes and logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from nodeagent.apiserver import Api, NotFound, Resource
+from nodeagent.clock import Clock
+from nodeagent.kuberuntime.dns import parse_resolv_conf
+from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
+from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
+from nodeagent.kuberuntime.podsettings import ResolvConf
+from nodeagent.kuberuntime.results import ContainerFailure, SyncResult
+from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
+from nodeagent.log import Logger, get_logger
+from nodeagent.podspec import Pod
+from nodeagent.podworkers import SyncOutcome
+from nodeagent.status import StatusManager, generate_pod_status
+from nodeagent.status.conditions import TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class _AllNamespaces(Resource):
+    """Pods across namespaces: ``/api/v1/pods`` for list and watch. (``Resource.path``
+    refuses a namespaced collection without a namespace; drop this once it allows it.)"""
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        if namespace is None and name is None and subresource is None:
+            return f"/api/{self.version}/{self.plural}"
+        return Resource.path(self, namespace=namespace, name=name, subresource=subresource)
+
+
+ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
+CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
+SANDBOX_RETRY: Final = 10.0
+RESOLV_CONF_TTL: Final = 10.0
+
+
+class EnvSource(Protocol):
+    async def inputs(self, pod: Pod) -> EnvInputs: ...
+
+
+class ApiEnvSource:
+    """ConfigMaps and Secrets a pod's environment reads, fetched from the API when needed;
+    Services from a cache; the node's IPs and allocatable from callables."""
+
+    def __init__(
+        self,
+        *,
+        api: Api,
+        host_ips: Callable[[], tuple[str, ...]],
+        allocatable: Callable[[], Mapping[str, str]],
+        services: Callable[[], Sequence[Mapping[str, Any]]] = list,
+    ) -> None:
+        self._api = api
+        self._host_ips = host_ips
+        self._allocatable = allocatable
+        self._services = services
+
+    async def _data(self, res: Resource, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            obj = await self._api.get(res, name, namespace=namespace)
+        except NotFound:
+            return None
+        data = {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
+        if res is SECRETS:
+            try:
+                data = {k: base64.b64decode(v).decode() for k, v in data.items()}
+            except (binascii.Error, UnicodeDecodeError):
+                data = {}
+        return data
+
+    async def inputs(self, pod: Pod) -> EnvInputs:
+        config_map_names, secret_names = referenced_objects(pod)
+        config_maps = {n: await self._data(CONFIGMAPS, pod.namespace, n) for n in config_map_names}
+        secrets = {n: await self._data(SECRETS, pod.namespace, n) for n in secret_names}
+        links = pod.spec.enable_service_links is not False
+        return EnvInputs(
+            host_ips=self._host_ips(),
+            node_allocatable=dict(self._allocatable()),
+            service_env=service_env(
+                self._services(), namespace=pod.namespace, enable_service_links=links
+            ),
+            config_maps=config_maps,
+            secrets=secrets,
+        )
+
+
+class HostResolvConf:
+    """The host's resolver settings, re-read at most every 10 seconds."""
+
+    def __init__(self, *, path: str) -> None:
+        self._path = path
+        self._value: ResolvConf | None = None
+        self._read_at = 0.0
+
+    def _read(self) -> ResolvConf:
+        try:
+            with open(self._path) as f:
+                return parse_resolv_conf(f.read())
+        except OSError:
+            return ResolvConf()
+
+    async def __call__(self) -> ResolvConf:
+        if not self._path:
+            return ResolvConf()
+        now = asyncio.get_running_loop().time()
+        if self._value is None or now - self._read_at > RESOLV_CONF_TTL:
+            self._value = await asyncio.to_thread(self._read)
+            self._read_at = now
+        return self._value
+
+
+def rfc3339(clock: Clock) -> str:
+    return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodSync:
+    def __init__(
+        self,
+        *,
+        runtime: RuntimeManager,
+        status: StatusManager,
+        clock: Clock,
+        env: EnvSource,
+        host_dns: Callable[[], Any],
+        host_ips: Callable[[], tuple[str, ...]],
+        log: Logger | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._status = status
+        self._clock = clock
+        self._env = env
+        self._host_dns = host_dns
+        self._host_ips = host_ips
+        self._log = log or get_logger("podsync")
+        self._reasons: dict[str, dict[str, ContainerFailure]] = {}
+
+    def _report(self, pod: Pod, state: PodRuntimeState, *, terminal: bool) -> dict[str, Any]:
+        previous = self._status.last_status(pod.uid) or pod.status
+        status = generate_pod_status(
+            pod,
+            state,
+            previous=previous,
+            reasons=self._reasons.get(pod.uid, {}),
+            runtime_name=self._runtime.settings.runtime_name,
+            host_ips=self._host_ips(),
+            now=rfc3339(self._clock),
+            terminal=terminal,
+        )
+        self._status.set_status(pod, status)
+        return status
+
+    def _record(self, pod: Pod, result: SyncResult) -> None:
+        reasons = self._reasons.setdefault(pod.uid, {})
+        for name in result.started:
+            reasons.pop(name, None)
+        reasons.update(result.failures)
+        log = self._log.bind(pod_namespace=pod.namespace, pod_name=pod.name, pod_uid=pod.uid)
+        for kind, reason, message in result.events:
+            (log.warning if kind == "Warning" else log.v(2).info)(
+                message, event_type=kind, reason=reason
+            )
+
+    async def sync_pod(self, pod: Pod) -> SyncOutcome:
+        state = await self._runtime.pod_state(pod.uid)
+        if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
+            return SyncOutcome(terminal=True)
+        inputs = await self._env.inputs(pod)
+        result = await self._runtime.sync_pod(
+            pod, state, inputs=inputs, host_dns=await self._host_dns()
+        )
+        self._record(pod, result)
+        if result.sandbox_error is not None:
+            result.retry_after(SANDBOX_RETRY)
+        if result.started or result.failures or result.sandbox_error or result.events:
+            state = await self._runtime.pod_state(pod.uid)
+            if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
+                return SyncOutcome(terminal=True)
+        return SyncOutcome(retry_in=result.retry_in)
+
+    async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
+        state = await self._runtime.pod_state(pod.uid)
+        running = [c.name for c in state.containers if c.state is ContainerState.RUNNING]
+        if running:
+            self._log.info(
+                "Killing pod",
+                pod_namespace=pod.namespace,
+                pod_name=pod.name,
+                pod_uid=pod.uid,
+                grace_period=grace,
+                containers=",".join(running),
+            )
+        await self._runtime.kill_pod(pod, state, grace=grace)
+        state = await self._runtime.pod_state(pod.uid)
+        self._report(pod, state, terminal=True)
+
+    async def sync_terminated_pod(self, pod: Pod) -> None:
+        state = await self._runtime.pod_state(pod.uid)
+        self._report(pod, state, terminal=True)
+        if pod.deleted:
+            self._status.delete_pod(pod)
+
+    async def cleanup_pod(self, pod: Pod) -> None:
+        await self.remove_runtime_pod(pod.uid)
+        self._reasons.pop(pod.uid, None)
+        self._status.forget(pod.uid)
+
+    async def remove_runtime_pod(self, uid: str) -> None:
+        """Kill (with the grace recorded on its containers) and remove a pod the API no
+        longer has."""
+        state = await self._runtime.pod_state(uid)
+        if state.empty:
+            return
+        running = [c for c in state.containers if c.state is ContainerState.RUNNING]
+        if running or any(s.ready for s in state.sandboxes):
+            recorded = [c.grace_period for c in running if c.grace_period is not None]
+            grace = max(recorded, default=MIN_GRACE_PERIOD)
+            self._log.info(
+                "Killing orphaned pod",
+                pod_namespace=state.namespace,
+                pod_name=state.name,
+                pod_uid=uid,
+                grace_period=grace,
+            )
+            await self._runtime.kill_pod(None, state, grace=grace)
+            state = await self._runtime.pod_state(uid)
+        await self._runtime.remove_pod(state)
+        self._runtime.forget(uid)

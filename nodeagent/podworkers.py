@@ -1,0 +1,206 @@
+"""Per-pod workers: every pod's syncs run one at a time, in its own task, in order.
+
+A worker moves through the kubelet's three stages:
+
+- **syncing**: ``sync_pod`` brings the runtime to the spec and reports status; it runs on every
+  update and PLEG event, when a back-off it reported expires, and every ``resync_interval``.
+  A pod whose phase turns terminal (Succeeded, Failed) stops syncing;
+- **terminating**: ``sync_terminating_pod`` kills the containers with the grace period (the
+  deletion's, else the spec's) — once the pod is deleted, removed from the API, or terminal;
+- **terminated**: ``sync_terminated_pod`` sends the final status (and, for a deleted pod,
+  the API deletion). The worker then waits until the API object is gone, runs
+  ``cleanup_pod`` (removes what is left in the runtime) and exits.
+
+Updates never block: they replace the worker's pod and wake it; a worker busy syncing picks
+the newest pod up when it is done. Workers are tasks of the TaskGroup that :meth:`run` owns.
+A failing sync is logged and retried after ``error_backoff`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from nodeagent.log import Logger, get_logger
+from nodeagent.podspec import Pod, termination_grace_period
+
+RESYNC_INTERVAL: Final = 60.0  # syncFrequency
+ERROR_BACKOFF: Final = 10.0  # backOffPeriod
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+class Stage(enum.Enum):
+    SYNCING = "syncing"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOutcome:
+    terminal: bool = False
+    retry_in: float | None = None
+
+
+class PodSyncer(Protocol):
+    async def sync_pod(self, pod: Pod) -> SyncOutcome: ...
+
+    async def sync_terminating_pod(self, pod: Pod, grace: int) -> None: ...
+
+    async def sync_terminated_pod(self, pod: Pod) -> None: ...
+
+    async def cleanup_pod(self, pod: Pod) -> None: ...
+
+
+@dataclass(eq=False)
+class _Worker:
+    pod: Pod
+    stage: Stage = Stage.SYNCING
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    removed: bool = False
+    final_sent: bool = False
+    final_deleted: bool = False
+
+
+class PodWorkers:
+    def __init__(
+        self,
+        *,
+        syncer: PodSyncer,
+        resync_interval: float = RESYNC_INTERVAL,
+        error_backoff: float = ERROR_BACKOFF,
+        log: Logger | None = None,
+    ) -> None:
+        self._syncer = syncer
+        self._resync = resync_interval
+        self._error_backoff = error_backoff
+        self._log = log or get_logger("podworkers")
+        self._workers: dict[str, _Worker] = {}
+        self._spawn: asyncio.Queue[_Worker] = asyncio.Queue()
+
+    @property
+    def name(self) -> str:
+        return "podworkers"
+
+    # --- queries -------------------------------------------------------------------------
+
+    def known(self, uid: str) -> bool:
+        return uid in self._workers
+
+    def stage(self, uid: str) -> Stage | None:
+        worker = self._workers.get(uid)
+        return worker.stage if worker else None
+
+    def active_pods(self) -> list[Pod]:
+        """Pods that run or may run: admitted, not terminating (what admission counts)."""
+        return [w.pod for w in self._workers.values() if w.stage is Stage.SYNCING]
+
+    def idle(self) -> bool:
+        return not any(w.wake.is_set() for w in self._workers.values())
+
+    # --- updates -------------------------------------------------------------------------
+
+    def update_pod(self, pod: Pod) -> None:
+        worker = self._workers.get(pod.uid)
+        if worker is None:
+            worker = _Worker(pod=pod)
+            if pod.status.get("phase") in TERMINAL_PHASES:
+                worker.stage = Stage.TERMINATING  # finished before a restart: never rerun
+            self._workers[pod.uid] = worker
+            self._spawn.put_nowait(worker)
+        worker.pod = pod
+        worker.wake.set()
+
+    def remove_pod(self, uid: str, last: Pod | None = None) -> None:
+        """The API object is gone (deleted, force-deleted): terminate, clean up, forget."""
+        worker = self._workers.get(uid)
+        if worker is None:
+            return
+        if last is not None:
+            worker.pod = last
+        worker.removed = True
+        worker.wake.set()
+
+    def sync(self, uid: str) -> None:
+        """Sync now (a PLEG event)."""
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.wake.set()
+
+    # --- running -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                worker = await self._spawn.get()
+                tg.create_task(self._work(worker), name=f"pod:{worker.pod.uid}")
+
+    async def _wait(self, worker: _Worker, deadline: float | None) -> None:
+        if not worker.wake.is_set():
+            loop = asyncio.get_running_loop()
+            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await worker.wake.wait()
+        worker.wake.clear()
+
+    async def _work(self, worker: _Worker) -> None:
+        uid = worker.pod.uid
+        loop = asyncio.get_running_loop()
+        deadline: float | None = loop.time()
+        try:
+            while True:
+                await self._wait(worker, deadline)
+                delay = await self._step(worker)
+                if delay is False:
+                    return
+                deadline = None if delay is None else loop.time() + delay
+        finally:
+            if self._workers.get(uid) is worker:
+                del self._workers[uid]
+
+    async def _step(self, worker: _Worker) -> float | bool | None:
+        """One round of work; returns seconds until the next round (None: until woken),
+        or False when the worker is done."""
+        pod = worker.pod
+        if worker.stage is Stage.SYNCING and (pod.deleted or worker.removed):
+            worker.stage = Stage.TERMINATING
+        if worker.stage is Stage.SYNCING:
+            try:
+                outcome = await self._syncer.sync_pod(pod)
+            except Exception:
+                return self._failed("sync", pod)
+            if not outcome.terminal:
+                return self._resync if outcome.retry_in is None else outcome.retry_in
+            worker.stage = Stage.TERMINATING
+        if worker.stage is Stage.TERMINATING:
+            try:
+                await self._syncer.sync_terminating_pod(pod, termination_grace_period(pod))
+            except Exception:
+                return self._failed("terminate", pod)
+            worker.stage = Stage.TERMINATED
+        if not worker.final_sent or (pod.deleted and not worker.final_deleted):
+            try:
+                await self._syncer.sync_terminated_pod(pod)
+            except Exception:
+                return self._failed("finish", pod)
+            worker.final_sent, worker.final_deleted = True, pod.deleted
+        if not worker.removed:
+            return None
+        try:
+            await self._syncer.cleanup_pod(pod)
+        except Exception:
+            return self._failed("clean up", pod)
+        return False
+
+    def _failed(self, what: str, pod: Pod) -> float:
+        self._log.exception(
+            f"Error syncing pod ({what}); will retry",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            retry_in_s=self._error_backoff,
+        )
+        return self._error_backoff

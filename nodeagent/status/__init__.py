@@ -1,0 +1,21 @@
+"""Pod status: computed from the spec and the runtime (pure), patched to the API on change.
+
+- :func:`generate_pod_status` — the whole ``status`` of one pod (``generate.py``), built from
+  container statuses (``containers.py``) and the phase and conditions (``conditions.py``);
+- :class:`StatusManager` — keeps the last status sent per pod and PATCHes
+  ``pods/<name>/status`` only when it changed; deletes the API object of a terminated pod
+  (``manager.py``).
+"""
+
+from nodeagent.status.containers import WaitingReason
+from nodeagent.status.generate import generate_pod_status, rejected_status
+from nodeagent.status.manager import GracePeriodZeroDeleter, PodDeleter, StatusManager
+
+__all__ = [
+    "GracePeriodZeroDeleter",
+    "PodDeleter",
+    "StatusManager",
+    "WaitingReason",
+    "generate_pod_status",
+    "rejected_status",
+]

@@ -1,0 +1,195 @@
+"""Pod phase and the kubelet-owned pod conditions, from API container statuses.
+
+``pod_phase`` is the kubelet's ``getPhase``; the condition functions are those of
+``pkg/kubelet/status/generate.go``: Initialized, ContainersReady and Ready with the reasons
+``ContainersNotInitialized``, ``ContainersNotReady``, ``PodCompleted`` and ``PodFailed`` and
+messages such as ``containers with unready status: [app]``. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from nodeagent.podspec import Pod
+
+Status = dict[str, Any]
+
+PENDING: Final = "Pending"
+RUNNING: Final = "Running"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+TERMINAL: Final = frozenset({SUCCEEDED, FAILED})
+KUBELET_CONDITIONS: Final = (
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+)
+
+
+def _find(statuses: Sequence[Status], name: str) -> Status | None:
+    return next((s for s in statuses if s.get("name") == name), None)
+
+
+def _go_list(names: Sequence[str]) -> str:
+    return "[" + " ".join(names) + "]"
+
+
+def any_regular_container_started(pod: Pod, statuses: Sequence[Status]) -> bool:
+    for container in pod.spec.containers:
+        status = _find(statuses, container.name)
+        if status is None:
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if "running" in state or "terminated" in state or "terminated" in last:
+            return True
+    return False
+
+
+def pod_phase(pod: Pod, statuses: Sequence[Status], *, terminal: bool) -> str:
+    """``statuses`` holds init and regular container statuses."""
+    pending_init = failed_init = 0
+    for container in pod.spec.init_containers:
+        status = _find(statuses, container.name)
+        if status is None:
+            pending_init += 1
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if "running" in state:
+            pending_init += 1
+        elif "terminated" in state:
+            failed_init += state["terminated"].get("exitCode", 0) != 0
+        elif "waiting" in state and "terminated" in last:
+            failed_init += last["terminated"].get("exitCode", 0) != 0
+        else:
+            pending_init += 1
+
+    unknown = running = waiting = stopped = succeeded = 0
+    for container in pod.spec.containers:
+        status = _find(statuses, container.name)
+        if status is None:
+            unknown += 1
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if "running" in state:
+            running += 1
+        elif "terminated" in state:
+            stopped += 1
+            succeeded += state["terminated"].get("exitCode", 0) == 0
+        elif "waiting" in state:
+            if "terminated" in last:
+                stopped += 1
+            else:
+                waiting += 1
+        else:
+            unknown += 1
+
+    if failed_init > 0 and pod.spec.restart_policy == "Never":
+        return FAILED
+    if (pending_init > 0 and not any_regular_container_started(pod, statuses)) or waiting > 0:
+        return PENDING
+    if running > 0 and unknown == 0:
+        return RUNNING
+    if running == 0 and stopped > 0 and unknown == 0:
+        if terminal and not pod.is_static:
+            return SUCCEEDED if stopped == succeeded else FAILED
+        if pod.spec.restart_policy == "Always":
+            return RUNNING
+        if stopped == succeeded:
+            return SUCCEEDED
+        if pod.spec.restart_policy == "Never":
+            return FAILED
+        return RUNNING
+    return PENDING
+
+
+def _condition(kind: str, ok: bool, reason: str = "", message: str = "") -> Status:
+    condition: Status = {"type": kind, "status": "True" if ok else "False"}
+    if reason:
+        condition["reason"] = reason
+    if message:
+        condition["message"] = message
+    return condition
+
+
+def initialized(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
+    unknown, incomplete = [], []
+    for container in pod.spec.init_containers:
+        status = _find(statuses, container.name)
+        if status is None:
+            unknown.append(container.name)
+            continue
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated is None or terminated.get("exitCode", 0) != 0:
+            incomplete.append(container.name)
+    if phase == SUCCEEDED and not unknown:
+        return _condition("Initialized", True, "PodCompleted")
+    if any_regular_container_started(pod, statuses):
+        return _condition("Initialized", True)
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if incomplete:
+        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
+    if messages:
+        return _condition("Initialized", False, "ContainersNotInitialized", ", ".join(messages))
+    return _condition("Initialized", True)
+
+
+def containers_ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
+    unknown, unready = [], []
+    for container in pod.spec.containers:
+        status = _find(statuses, container.name)
+        if status is None:
+            unknown.append(container.name)
+        elif not status.get("ready"):
+            unready.append(container.name)
+    if phase == SUCCEEDED and not unknown:
+        return _condition("ContainersReady", False, "PodCompleted")
+    if phase == FAILED:
+        return _condition("ContainersReady", False, "PodFailed")
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if unready:
+        messages.append(f"containers with unready status: {_go_list(unready)}")
+    if messages:
+        return _condition("ContainersReady", False, "ContainersNotReady", ", ".join(messages))
+    return _condition("ContainersReady", True)
+
+
+def ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
+    containers = containers_ready(pod, statuses, phase)
+    if containers["status"] != "True":
+        return {**containers, "type": "Ready"}
+    return _condition("Ready", True)
+
+
+def kubelet_conditions(
+    pod: Pod, statuses: Sequence[Status], phase: str, *, sandbox_ready: bool
+) -> list[Status]:
+    """In the kubelet's order, after the conditions other components own."""
+    return [
+        _condition("PodReadyToStartContainers", sandbox_ready),
+        initialized(pod, statuses, phase),
+        ready(pod, statuses, phase),
+        containers_ready(pod, statuses, phase),
+        _condition("PodScheduled", True),
+    ]
+
+
+def with_transition_times(
+    conditions: Sequence[Status], old: Sequence[Status], now: str
+) -> list[Status]:
+    """Keep an old condition's lastTransitionTime while its status is unchanged."""
+    old_by_type = {c.get("type"): c for c in old}
+    out = []
+    for condition in conditions:
+        previous = old_by_type.get(condition["type"])
+        since = now
+        if previous is not None and previous.get("status") == condition["status"]:
+            since = previous.get("lastTransitionTime") or now
+        out.append({**condition, "lastProbeTime": None, "lastTransitionTime": since})
+    return out

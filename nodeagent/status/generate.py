@@ -1,0 +1,118 @@
+"""A pod's whole API status from its spec, the runtime's view and the previous status, as the
+kubelet's ``generateAPIPodStatus`` and status manager compute it. Pure.
+
+The previous status (what was last sent, else what the API object carries) keeps what must not
+move: ``startTime``, condition transition times, a terminal phase (never left), the reason and
+message of an unchanged phase, and the pod IPs once the sandbox is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from nodeagent.kuberuntime.actions import sandbox_changed
+from nodeagent.kuberuntime.runtime_state import PodRuntimeState
+from nodeagent.podspec import Pod
+from nodeagent.qos import pod_qos_class
+from nodeagent.status.conditions import (
+    KUBELET_CONDITIONS,
+    TERMINAL,
+    kubelet_conditions,
+    pod_phase,
+    with_transition_times,
+)
+from nodeagent.status.containers import WaitingReason, container_statuses
+
+Status = dict[str, Any]
+REJECTED_PREFIX: Final = "Pod was rejected: "
+
+
+def _ips(values: Sequence[str]) -> list[dict[str, str]]:
+    return [{"ip": ip} for ip in values]
+
+
+def generate_pod_status(
+    pod: Pod,
+    runtime: PodRuntimeState,
+    *,
+    previous: Status,
+    reasons: Mapping[str, WaitingReason],
+    runtime_name: str,
+    host_ips: Sequence[str],
+    now: str,
+    terminal: bool = False,
+) -> Status:
+    api_status = pod.status
+    init_statuses = container_statuses(
+        pod,
+        runtime,
+        containers=pod.spec.init_containers,
+        previous=previous.get("initContainerStatuses") or [],
+        reasons=reasons,
+        runtime_name=runtime_name,
+        init=True,
+    )
+    statuses = container_statuses(
+        pod,
+        runtime,
+        containers=pod.spec.containers,
+        previous=previous.get("containerStatuses") or [],
+        reasons=reasons,
+        runtime_name=runtime_name,
+        init=False,
+    )
+    phase = pod_phase(pod, [*init_statuses, *statuses], terminal=terminal)
+    if phase not in TERMINAL:
+        if previous.get("phase") in TERMINAL:
+            phase = previous["phase"]
+        elif api_status.get("phase") in TERMINAL:
+            phase = api_status["phase"]
+    status: Status = {"phase": phase}
+    if phase == previous.get("phase"):
+        reason = previous.get("reason") or api_status.get("reason")
+        message = previous.get("message") or api_status.get("message")
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+
+    others = [
+        c for c in api_status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS
+    ]
+    sandbox_ready = not sandbox_changed(pod, runtime)[0]
+    ours = kubelet_conditions(pod, [*init_statuses, *statuses], phase, sandbox_ready=sandbox_ready)
+    old_conditions = previous.get("conditions") or api_status.get("conditions") or []
+    status["conditions"] = [*others, *with_transition_times(ours, old_conditions, now)]
+
+    if host_ips:
+        status["hostIP"] = host_ips[0]
+        status["hostIPs"] = _ips(host_ips)
+    newest = runtime.sandboxes[0] if runtime.sandboxes else None
+    pod_ips: Sequence[str] = newest.ips if newest is not None and newest.ready else ()
+    if pod.spec.host_network and not pod_ips:
+        pod_ips = host_ips
+    if pod_ips:
+        status["podIP"] = pod_ips[0]
+        status["podIPs"] = _ips(pod_ips)
+    elif previous.get("podIPs"):
+        status["podIP"] = previous.get("podIP", "")
+        status["podIPs"] = previous["podIPs"]
+
+    status["startTime"] = previous.get("startTime") or api_status.get("startTime") or now
+    if init_statuses:
+        status["initContainerStatuses"] = init_statuses
+    status["containerStatuses"] = statuses
+    status["qosClass"] = pod_qos_class(pod).value
+    return status
+
+
+def rejected_status(pod: Pod, *, reason: str, message: str, now: str) -> Status:
+    """The status of a pod admission refused: Failed, with the kubelet's reason and message."""
+    return {
+        "phase": "Failed",
+        "reason": reason,
+        "message": REJECTED_PREFIX + message,
+        "startTime": pod.status.get("startTime") or now,
+        "qosClass": pod_qos_class(pod).value,
+    }

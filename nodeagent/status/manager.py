@@ -1,0 +1,192 @@
+"""Sends pod statuses to the API: a PATCH of ``pods/<name>/status`` only when a pod's status
+changed, and the final ``DELETE`` of a pod the agent has finished terminating.
+
+Pod workers call :meth:`StatusManager.set_status` after every sync (cheap, never blocks);
+``run()`` sends what changed, newest status only, retrying failed calls with back-off
+(0.5s doubling to 10s) and every ``resync`` seconds anyway. A status patch carries the pod's
+uid, so a pod deleted and recreated under the same name is never given the old pod's status.
+Once a terminated pod's last status is sent, :meth:`delete_pod` removes the API object, as
+the kubelet's status manager does once a pod ``canBeDeleted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from nodeagent.apiserver import PODS, Api, ApiError, Conflict, NotFound, PatchType
+from nodeagent.log import Logger, get_logger
+from nodeagent.podspec import Pod
+
+Status = dict[str, Any]
+RETRY_INITIAL: Final = 0.5
+RETRY_MAX: Final = 10.0
+
+
+class PodDeleter(Protocol):
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        """Remove the API object now; raises NotFound when it is gone already."""
+        ...
+
+
+class Requester(Protocol):
+    async def request(
+        self, verb: str, path: str, *, params: Any = None, body: object = None
+    ) -> dict[str, Any]: ...
+
+
+class GracePeriodZeroDeleter:
+    """The kubelet's final delete: ``gracePeriodSeconds: 0`` with a uid precondition, so a
+    pod recreated under the same name is never removed (``ApiClient.request``)."""
+
+    def __init__(self, *, api: Requester) -> None:
+        self._api = api
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        path = PODS.path(namespace=namespace, name=name)
+        try:
+            await self._api.request("DELETE", path, body=options)
+        except Conflict:  # the uid precondition failed: another pod by that name now
+            return
+
+
+class PlainDeleter:
+    """``Api.delete`` without options (the fake apiserver deletes at once)."""
+
+    def __init__(self, *, api: Api) -> None:
+        self._api = api
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        await self._api.delete(PODS, name, namespace=namespace)
+
+
+@dataclass(slots=True)
+class _Entry:
+    namespace: str
+    name: str
+    uid: str
+    wanted: Status
+    sent: Status | None = None
+    delete: bool = False
+    deleted: bool = False
+
+
+class StatusManager:
+    def __init__(
+        self, *, api: Api, deleter: PodDeleter | None = None, log: Logger | None = None
+    ) -> None:
+        self._api = api
+        self._deleter = deleter or PlainDeleter(api=api)
+        self._log = log or get_logger("status")
+        self._pods: dict[str, _Entry] = {}
+        self._wake = asyncio.Event()
+        self.patches = 0
+
+    @property
+    def name(self) -> str:
+        return "status"
+
+    def last_status(self, uid: str) -> Status | None:
+        """The newest status set for ``uid`` (sent or not)."""
+        entry = self._pods.get(uid)
+        return entry.wanted if entry is not None else None
+
+    def set_status(self, pod: Pod, status: Status) -> None:
+        entry = self._pods.get(pod.uid)
+        if entry is None:
+            entry = _Entry(pod.namespace, pod.name, pod.uid, wanted=status)
+            self._pods[pod.uid] = entry
+        elif entry.wanted == status:
+            return
+        entry.wanted = status
+        self._wake.set()
+
+    def delete_pod(self, pod: Pod) -> None:
+        """Remove the API object once its last status is sent."""
+        entry = self._pods.get(pod.uid)
+        if entry is None:
+            entry = _Entry(pod.namespace, pod.name, pod.uid, wanted={}, sent={})
+            self._pods[pod.uid] = entry
+        entry.delete = True
+        self._wake.set()
+
+    def forget(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+    def pending(self) -> bool:
+        return any(e.sent != e.wanted or (e.delete and not e.deleted) for e in self._pods.values())
+
+    async def run(self) -> None:
+        delay = RETRY_INITIAL
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if await self.sync_once():
+                delay = RETRY_INITIAL
+                continue
+            self._wake.set()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+    async def sync_once(self) -> bool:
+        """Send every pending status and deletion; False when one failed."""
+        ok = True
+        for entry in list(self._pods.values()):
+            try:
+                await self._sync(entry)
+            except ApiError as e:
+                ok = False
+                self._log.warning(
+                    "Cannot update pod status",
+                    pod_namespace=entry.namespace,
+                    pod_name=entry.name,
+                    pod_uid=entry.uid,
+                    error=str(e),
+                )
+        return ok
+
+    async def _sync(self, entry: _Entry) -> None:
+        if entry.wanted and entry.sent != entry.wanted:
+            wanted = entry.wanted
+            body = {"metadata": {"uid": entry.uid}, "status": wanted}
+            try:
+                await self._api.patch(
+                    PODS,
+                    entry.name,
+                    body,
+                    patch_type=PatchType.MERGE,
+                    namespace=entry.namespace,
+                    subresource="status",
+                )
+                self.patches += 1
+                self._log.v(2).info(
+                    "Patched pod status",
+                    pod_namespace=entry.namespace,
+                    pod_name=entry.name,
+                    pod_uid=entry.uid,
+                    phase=wanted.get("phase", ""),
+                )
+            except NotFound:
+                entry.deleted = True
+            entry.sent = wanted
+        if entry.delete and not entry.deleted and entry.sent == entry.wanted:
+            try:
+                await self._deleter.delete_pod(
+                    namespace=entry.namespace, name=entry.name, uid=entry.uid
+                )
+                self._log.info(
+                    "Deleted pod from the API",
+                    pod_namespace=entry.namespace,
+                    pod_name=entry.name,
+                    pod_uid=entry.uid,
+                )
+            except NotFound:
+                pass
+            entry.deleted = True

@@ -1,0 +1,277 @@
+"""The pods manager: the kubelet's sync loop over the pods bound to this node.
+
+Producers put typed events on one queue and :meth:`SyncLoop.sync_loop_iteration` dispatches
+them (``match``, one short arm each):
+
+- :class:`PodsChanged` — the pod source (a watch on ``spec.nodeName=<node>``) changed: new
+  pods go through admission and get a worker, updated ones (a deletion timestamp) go to their
+  worker, vanished ones are terminated and cleaned up;
+- :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
+- :class:`Housekeeping` — every 2s: runtime pods no source knows (deleted while the agent was
+  down) are killed and removed, once the source and the PLEG have both synced once.
+
+``run()`` owns one TaskGroup with the PLEG, the pod workers, the status manager, the source
+watcher, the housekeeping ticker and orphan removals. ``heartbeat`` is the loop time of the
+last iteration (the kubelet's ``syncLoopMonitor``) for a health endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from nodeagent.admission import admit_pod
+from nodeagent.clock import Clock
+from nodeagent.log import Logger, get_logger
+from nodeagent.pleg import GenericPleg, PodLifecycleEvent
+from nodeagent.podspec import Pod, decode_pod
+from nodeagent.podsync import PodSync, rfc3339
+from nodeagent.podworkers import TERMINAL_PHASES, PodWorkers
+from nodeagent.status import StatusManager, rejected_status
+
+HOUSEKEEPING_PERIOD: Final = 2.0
+
+
+class PodStore(Protocol):
+    """What the pod source offers: a ``WatchCache`` of Pods with ``spec.nodeName=<node>``."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    @property
+    def resource_version(self) -> str: ...
+
+    def items(self) -> list[dict[str, Any]]: ...
+
+    async def wait_synced(self) -> None: ...
+
+    async def wait_for(self, predicate: Callable[[Any], bool]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodsChanged:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PlegEvent:
+    event: PodLifecycleEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Housekeeping:
+    pass
+
+
+SyncEvent = PodsChanged | PlegEvent | Housekeeping
+
+
+class SyncEvents:
+    """The sync loop's one queue. Create it first and give ``pleg_event`` to the PLEG as its
+    ``on_event``."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[SyncEvent] = asyncio.Queue()
+
+    def put(self, event: SyncEvent) -> None:
+        self.queue.put_nowait(event)
+
+    def pleg_event(self, event: PodLifecycleEvent) -> None:
+        self.queue.put_nowait(PlegEvent(event))
+
+
+def node_allocatable(node: Mapping[str, Any] | None) -> Mapping[str, str] | None:
+    if not node:
+        return None
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return dict(allocatable) if allocatable else None
+
+
+def node_internal_ips(node: Mapping[str, Any] | None, fallback: tuple[str, ...]) -> tuple[str, ...]:
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    ips = tuple(a["address"] for a in addresses if a.get("type") == "InternalIP")
+    return ips or fallback
+
+
+def _moved(cache: Any, *, since: str | None) -> bool:
+    return bool(cache.resource_version != since)
+
+
+def _differ(old: Pod | None, new: Pod) -> bool:
+    """What the kubelet's pod config calls a semantic change: spec, labels, annotations,
+    deletion. Status and resourceVersion do not count."""
+    if old is None:
+        return True
+    a, b = old.metadata, new.metadata
+    return (
+        old.spec != new.spec
+        or a.labels != b.labels
+        or a.annotations != b.annotations
+        or a.deletion_timestamp != b.deletion_timestamp
+        or a.deletion_grace_period_seconds != b.deletion_grace_period_seconds
+    )
+
+
+class SyncLoop:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        events: SyncEvents,
+        source: PodStore,
+        workers: PodWorkers,
+        pleg: GenericPleg,
+        podsync: PodSync,
+        status: StatusManager,
+        clock: Clock,
+        allocatable: Callable[[], Mapping[str, str] | None] = lambda: None,
+        housekeeping_period: float = HOUSEKEEPING_PERIOD,
+        log: Logger | None = None,
+    ) -> None:
+        self._node = node_name
+        self._source = source
+        self._workers = workers
+        self._pleg = pleg
+        self._podsync = podsync
+        self._status = status
+        self._clock = clock
+        self._allocatable = allocatable
+        self._period = housekeeping_period
+        self._log = log or get_logger("pods")
+        self._events = events
+        self._known: dict[str, Pod] = {}
+        self._rejected: set[str] = set()
+        self._undecodable: set[str] = set()
+        self._orphans: dict[str, asyncio.Task[None]] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self.heartbeat: float | None = None
+
+    @property
+    def name(self) -> str:
+        return "pods"
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            tg.create_task(self._status.run(), name="pods:status")
+            tg.create_task(self._workers.run(), name="pods:workers")
+            tg.create_task(self._pleg.run(), name="pods:pleg")
+            tg.create_task(self._watch_source(), name="pods:source")
+            tg.create_task(self._tick(), name="pods:housekeeping")
+            while True:
+                event = await self._events.queue.get()
+                await self.sync_loop_iteration(event)
+                self.heartbeat = loop.time()
+
+    async def sync_loop_iteration(self, event: SyncEvent) -> None:
+        match event:
+            case PodsChanged():
+                self._reconcile_source()
+            case PlegEvent(event=e):
+                self._workers.sync(e.uid)
+            case Housekeeping():
+                self._housekeeping()
+
+    async def _watch_source(self) -> None:
+        await self._source.wait_synced()
+        seen: str | None = None
+        while True:
+            await self._source.wait_for(functools.partial(_moved, since=seen))
+            seen = self._source.resource_version
+            self._events.put(PodsChanged())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self._period)
+            self._events.put(Housekeeping())
+
+    def _decode(self, obj: dict[str, Any]) -> Pod | None:
+        try:
+            return decode_pod(obj)
+        except msgspec.ValidationError as e:
+            meta = obj.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            if uid not in self._undecodable:
+                self._undecodable.add(uid)
+                self._log.error(
+                    "Cannot read pod",
+                    pod_namespace=meta.get("namespace", ""),
+                    pod_name=meta.get("name", ""),
+                    error=str(e),
+                )
+            return None
+
+    def _reconcile_source(self) -> None:
+        current: dict[str, Pod] = {}
+        for obj in self._source.items():
+            pod = self._decode(obj)
+            if pod is None or pod.spec.node_name != self._node or pod.is_mirror:
+                continue
+            current[pod.uid] = pod
+        for uid, pod in current.items():
+            if uid in self._rejected:
+                continue
+            if self._workers.known(uid):
+                if not _differ(self._known.get(uid), pod):
+                    continue  # only the status moved (our own patches): nothing to do
+            elif not self._admit(pod):
+                continue
+            self._workers.update_pod(pod)
+        for uid, last in self._known.items():
+            if uid not in current:
+                self._workers.remove_pod(uid, last)
+                self._rejected.discard(uid)
+        self._known = current
+
+    def _admit(self, pod: Pod) -> bool:
+        if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
+            return True
+        allocatable = self._allocatable()
+        if allocatable is None:
+            return True
+        result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
+        if result.admit:
+            return True
+        self._rejected.add(pod.uid)
+        self._log.warning(
+            "Pod rejected",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            reason=result.reason,
+            message=result.message,
+        )
+        status = rejected_status(
+            pod, reason=result.reason, message=result.message, now=rfc3339(self._clock)
+        )
+        self._status.set_status(pod, status)
+        return False
+
+    def _housekeeping(self) -> None:
+        if not self._source.synced or not self._pleg.relisted_once or self._tg is None:
+            return
+        for uid, seen in self._pleg.pods().items():
+            if self._workers.known(uid) or uid in self._known or uid in self._orphans:
+                continue
+            self._log.info(
+                "Removing pod the API no longer has",
+                pod_namespace=seen.namespace,
+                pod_name=seen.name,
+                pod_uid=uid,
+            )
+            task = self._tg.create_task(self._remove_orphan(uid), name=f"pods:orphan:{uid}")
+            self._orphans[uid] = task
+
+    async def _remove_orphan(self, uid: str) -> None:
+        try:
+            await self._podsync.remove_runtime_pod(uid)
+        except Exception as e:
+            self._log.exception("Cannot remove orphaned pod", pod_uid=uid, error=str(e))
+        finally:
+            self._orphans.pop(uid, None)

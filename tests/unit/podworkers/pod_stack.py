@@ -1,0 +1,146 @@
+"""The pods stack (source, PLEG, workers, runtime manager, status) over the fakes, in virtual
+time: ``FakeApiServer`` for the API and ``FakeRuntime`` for containerd, both on the
+event loop's clock, so back-off timings are exact."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.apiserver import NODES, PODS, WatchCache
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.manager import RuntimeManager
+from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.pleg import GenericPleg
+from nodeagent.podsync import ApiEnvSource, PodSync
+from nodeagent.podworkers import PodWorkers
+from nodeagent.status import StatusManager
+from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
+from nodeagent.testing.fake_apiserver import FakeApiServer
+from nodeagent.testing.fake_runtime import FakeRuntime
+from nodeagent.testing.pods import BUSYBOX, MemoryFiles
+
+NODE = "node-a"
+HOST_IP = "192.0.2.10"
+SETTINGS = PodRuntimeSettings(
+    node_name=NODE,
+    pod_logs_dir="/var/log/pods",
+    container_logs_dir="/var/log/containers",
+    cluster_dns=("10.96.0.10",),
+    cluster_domain="cluster.local",
+    memory_capacity=8 * 2**30,
+)
+
+
+@dataclass
+class Stack:
+    server: FakeApiServer
+    runtime: FakeRuntime
+    files: MemoryFiles
+    status: StatusManager
+    sync_loop: SyncLoop
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        return self.server.stored(PODS, name, namespace)
+
+    async def containers(self, name: str | None = None) -> list[cri.ContainerStatus]:
+        """Every container the runtime has (of container ``name``), oldest first."""
+        out = []
+        for listed in await self.runtime.list_containers():
+            if name is None or listed.metadata.name == name:
+                out.append((await self.runtime.container_status(listed.id)).status)
+        return sorted(out, key=lambda s: s.created_at)
+
+    async def running(self, name: str) -> list[cri.ContainerStatus]:
+        return [c for c in await self.containers(name) if c.state == cri.CONTAINER_RUNNING]
+
+
+async def until(check: Callable[[], Any], *, within: float = 30.0, every: float = 0.1) -> Any:
+    """Poll in virtual time until ``check()`` (or what it returns, when awaitable) is truthy;
+    fail after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(every)
+
+
+def make_runtime(server: FakeApiServer) -> FakeRuntime:
+    runtime = FakeRuntime(clock=server.clock, runtime_name="containerd")
+    runtime.add_image(BUSYBOX)
+    return runtime
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    server: FakeApiServer, runtime: FakeRuntime, files: MemoryFiles | None = None
+) -> AsyncIterator[Stack]:
+    files = files or MemoryFiles()
+    clock = server.clock
+    cache = WatchCache(
+        api=server, resource=PODS, field_selector=f"spec.nodeName={NODE}", name="cache:pods"
+    )
+    node_cache = WatchCache(api=server, resource=NODES, field_selector=f"metadata.name={NODE}")
+
+    def host_ips() -> tuple[str, ...]:
+        return node_internal_ips(node_cache.get(NODE), (HOST_IP,))
+
+    def allocatable() -> dict[str, str] | None:
+        found = node_allocatable(node_cache.get(NODE))
+        return dict(found) if found is not None else None
+
+    async def host_dns() -> ResolvConf:
+        return ResolvConf(servers=("192.0.2.53",))
+
+    manager = RuntimeManager(
+        runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=files
+    )
+    status = StatusManager(api=server)
+    podsync = PodSync(
+        runtime=manager,
+        status=status,
+        clock=clock,
+        env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
+        host_dns=host_dns,
+        host_ips=host_ips,
+    )
+    workers = PodWorkers(syncer=podsync)
+    events = SyncEvents()
+    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
+    sync_loop = SyncLoop(
+        node_name=NODE,
+        events=events,
+        source=cache,
+        workers=workers,
+        pleg=pleg,
+        podsync=podsync,
+        status=status,
+        clock=clock,
+        allocatable=allocatable,
+    )
+    stack = Stack(server, runtime, files, status, sync_loop)
+    for runner in (cache.run, node_cache.run, sync_loop.run):
+        stack.tasks.append(asyncio.create_task(runner()))
+    try:
+        yield stack
+        for task in stack.tasks:
+            if task.done() and not task.cancelled() and task.exception():
+                raise AssertionError("a manager crashed") from task.exception()
+    finally:
+        # The sync loop first: once it is stopped nothing writes to the fake API, so no
+        # watch event can race with the caches' cancellation (3.11's wait_for, used by the
+        # fake's watch, swallows a cancellation that arrives together with a result).
+        for task in reversed(stack.tasks):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
