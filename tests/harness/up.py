@@ -31,8 +31,9 @@ from harness.controlplane import (
 from harness.versions import cache_dir
 
 NODE_NOTE = (
-    "nodeagent registers the node, renews its Lease and reports Ready from containerd; it does "
-    "not run pods yet (the CRI pod lifecycle is the next issue): pods bound to it stay Pending"
+    "nodeagent is the node: it renews its Lease, reports Ready from containerd and runs the pods "
+    "bound to it (local images: localhost/busybox:latest, localhost/pause:latest); no volumes, "
+    "probes or Service proxy yet"
 )
 
 
