@@ -21,10 +21,6 @@ from harness.vm.rootfs import GUEST_IP, HOSTNAME
 pytestmark = pytest.mark.system
 
 NODE = HOSTNAME
-# Ready needs a usable container runtime, which the CRI pod-lifecycle issue wires in.
-READY_ISSUE = (
-    "Pods on containerd through CRI v1: the pod lifecycle, status, restarts, static pods and GC"
-)
 GUEST_KUBECONFIG = f"{GUEST_DIR}/kubeconfig"
 
 
@@ -138,7 +134,6 @@ def test_the_node_registers_from_the_guest_and_renews_its_lease(
         time.sleep(2)
 
 
-@pytest.mark.xfail(strict=True, reason=READY_ISSUE)
 def test_the_node_becomes_ready(
     vm: Machine,
     nodeagent_deb: Path,
@@ -152,6 +147,8 @@ def test_the_node_becomes_ready(
         if node is not None:
             conditions = node["status"].get("conditions", [])
             if {c["type"]: c["status"] for c in conditions}.get("Ready") == "True":
+                runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+                assert runtime.startswith("containerd://"), runtime
                 break
         assert time.monotonic() < deadline, f"node {NODE} not Ready: {node}"
         time.sleep(2)

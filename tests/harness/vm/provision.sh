@@ -6,7 +6,7 @@
 #
 #   provision.sh --deb FILE [--kubeconfig FILE] [--config FILE] [--node-name NAME]
 #                [--node-ip IP] [--extra-args "FLAGS"] [--swap-size SIZE] [--apt-update]
-#                [--no-start]
+#                [--pod-subnet CIDR] [--no-start]
 #
 #   --deb          the package to install (apt resolves its dependencies; in the test VM they are
 #                  already in the image, so nothing is downloaded)
@@ -16,11 +16,12 @@
 #   --extra-args   appended to NODEAGENT_ARGS in /etc/default/nodeagent
 #   --swap-size    size of /swapfile (default 256M; 0 = no swap file)
 #   --apt-update   run `apt-get update` first (a Vagrant box with network access)
+#   --pod-subnet   the bridge pod network written when no CNI config exists (default 10.244.0.0/24)
 #   --no-start     install and configure only
 set -euo pipefail
 
 deb="" kubeconfig="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
-apt_update=0 start=1
+apt_update=0 start=1 pod_subnet=10.244.0.0/24
 SWAP_FILE=/swapfile
 ETC=/etc/nodeagent
 DEFAULTS=/etc/default/nodeagent
@@ -39,6 +40,7 @@ while (($#)); do
         --extra-args) extra_args=$2; shift ;;
         --swap-size) swap_size=$2; shift ;;
         --apt-update) apt_update=1 ;;
+        --pod-subnet) pod_subnet=$2; shift ;;
         --no-start) start=0 ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -76,6 +78,36 @@ ensure_swap() {
     fi
     grep -qE "^$SWAP_FILE[[:space:]]" /etc/fstab || echo "$SWAP_FILE none swap sw 0 0" >>/etc/fstab
     log "swap: $(swapon --show=NAME,SIZE --noheadings | tr -s ' ' | paste -sd ';')"
+}
+
+# A node needs a pod network for the runtime's NetworkReady; a cluster's CNI plugin normally
+# installs one. Without any, write a plain bridge network (no masquerade) so containerd reports
+# the network ready and pods get addresses.
+ensure_pod_network() {
+    local dir=/etc/cni/net.d
+    if compgen -G "$dir/*.conf*" >/dev/null; then
+        log "CNI config present in $dir"
+        return 0
+    fi
+    install -d -m 0755 "$dir"
+    cat >"$dir/10-nodeagent-bridge.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "nodeagent",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_subnet"}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+    # containerd looks for plugins in /opt/cni/bin by default; Debian installs them in /usr/lib/cni.
+    if [[ ! -e /opt/cni/bin ]]; then
+        install -d /opt/cni
+        ln -s /usr/lib/cni /opt/cni/bin
+    fi
+    if [[ -d /run/systemd/system ]]; then systemctl restart containerd; fi
+    log "wrote a bridge CNI network ($pod_subnet) in $dir"
 }
 
 install_package() {
@@ -125,6 +157,7 @@ start_service() {
 
 check_host
 ensure_swap
+ensure_pod_network
 install_package
 configure
 start_service
