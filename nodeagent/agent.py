@@ -53,7 +53,7 @@ class Agent:
         watchdog_interval: float | None = None,
         stop_timeout: float = 5.0,
         install_signal_handlers: bool = True,
-        hard_exit: Callable[[int], NoReturn] = _hard_exit,
+        hard_exit: Callable[[int], NoReturn] | None = None,
         log: Logger | None = None,
     ) -> None:
         names = [m.name for m in managers]
@@ -64,7 +64,7 @@ class Agent:
         self._watchdog_interval = watchdog_interval
         self._stop_timeout = stop_timeout
         self._install_signal_handlers = install_signal_handlers
-        self._hard_exit = hard_exit
+        self._hard_exit = hard_exit or _hard_exit
         self._log = log or get_logger("agent")
         self._stop = asyncio.Event()
         self._stop_reason = ""

@@ -56,7 +56,9 @@ def _config(directory: Path, *, kubeconfig: Path, runtime_endpoint: str | None) 
 
 
 def _alive(record: dict[str, Any] | None) -> bool:
-    return bool(record) and processes.is_running(record["pid"], binary=record["argv0"])  # type: ignore[index]
+    if not record:
+        return False
+    return processes.is_running(record["pid"], binary=record["argv0"])
 
 
 def ensure(

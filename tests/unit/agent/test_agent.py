@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import pytest
 
 from nodeagent.agent import EXIT_CRASHED, EXIT_OK, EXIT_STOP_TIMEOUT, Agent
-from nodeagent.manager import NullManager
+from nodeagent.manager import Manager, NullManager
 from nodeagent.testing.fake_notifier import RecordingNotifier
 
 
@@ -59,12 +60,20 @@ class HardExit(Exception):
     pass
 
 
-def make_agent(managers: list[object], notifier: RecordingNotifier, **kw: object) -> Agent:
+def make_agent(
+    managers: Sequence[Manager],
+    notifier: RecordingNotifier,
+    *,
+    install_signal_handlers: bool = False,
+    stop_timeout: float = 5.0,
+    hard_exit: Callable[[int], NoReturn] | None = None,
+) -> Agent:
     return Agent(
-        managers=managers,  # type: ignore[arg-type]
+        managers=managers,
         notifier=notifier,
-        install_signal_handlers=kw.pop("install_signal_handlers", False),  # type: ignore[arg-type]
-        **kw,  # type: ignore[arg-type]
+        install_signal_handlers=install_signal_handlers,
+        stop_timeout=stop_timeout,
+        hard_exit=hard_exit,
     )
 
 
