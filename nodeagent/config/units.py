@@ -12,6 +12,8 @@ import re
 from fractions import Fraction
 from typing import Final, final
 
+from nodeagent import quantity
+
 _NS_PER: Final = {
     "ns": 1,
     "us": 1_000,
@@ -139,40 +141,16 @@ def format_go_duration(ns: int) -> str:
     return f"{sign}{secs}s"
 
 
-_QUANTITY = re.compile(
-    r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?"
-)
-_SUFFIX: Final = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
 QUANTITY_HELP: Final = "a quantity such as 100Mi, 1Gi, 500m, 2 or 1e3"
 
 
 def parse_quantity(text: str) -> Fraction:
-    """Parse a Kubernetes resource quantity (``100Mi``, ``500m``, ``1e3``) exactly."""
-    m = _QUANTITY.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"{json.dumps(text)} is not {QUANTITY_HELP}")
-    number = Fraction(m.group(1))
-    suffix = m.group(2) or ""
-    if suffix[:1] in ("e", "E"):
-        return number * Fraction(10) ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
+    """Parse a Kubernetes resource quantity (``100Mi``, ``500m``, ``1e3``) exactly; the
+    arithmetic is :func:`nodeagent.quantity.parse_quantity`, the message is the config's."""
+    try:
+        return quantity.parse_quantity(text)
+    except ValueError:
+        raise ValueError(f"{json.dumps(text)} is not {QUANTITY_HELP}") from None
 
 
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
