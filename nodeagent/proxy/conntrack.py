@@ -30,8 +30,13 @@ class Conntrack(Protocol):
         orig_dst: str | None = None,
         orig_port: int | None = None,
         nat_dst: str | None = None,
+        reply_src: str | None = None,
     ) -> int:
-        """Delete the UDP flows matching every given filter; return how many were deleted."""
+        """Delete the UDP flows matching every given filter; return how many were deleted.
+
+        ``reply_src`` equal to ``orig_dst`` selects the flows that were *not* DNATed (their
+        answer would come from the address itself): the ones created while an entry had no
+        endpoints, and never one load-balanced after the rules that serve it went in."""
         ...
 
 
@@ -47,6 +52,7 @@ class ConntrackTool:
         orig_dst: str | None = None,
         orig_port: int | None = None,
         nat_dst: str | None = None,
+        reply_src: str | None = None,
     ) -> int:
         argv = [*self._argv, "-D", "-p", "udp", "-f", "ipv6" if family == "ip6" else "ipv4"]
         if orig_dst:
@@ -55,6 +61,8 @@ class ConntrackTool:
             argv += ["--orig-port-dst", str(orig_port)]
         if nat_dst:
             argv += ["--dst-nat", nat_dst]
+        if reply_src:
+            argv += ["--reply-src", reply_src]
         try:
             result = await self._exec(argv, b"")
         except OSError as e:

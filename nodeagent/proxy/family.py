@@ -161,22 +161,32 @@ class FamilyTable:
         *,
         initial: bool,
     ) -> Applied:
-        """Delete UDP flows to endpoints no longer used, and flows to entries that had no
-        endpoints (skipped after a restart: the targets before it are unknown)."""
-        calls: list[tuple[str | None, int, str | None]] = []
+        """Delete UDP flows to endpoints no longer used, and the flows that were not DNATed to
+        entries that had no endpoints (skipped after a restart: the targets before it are
+        unknown). Only un-NATed flows are chosen for the latter, so a flow load-balanced in the
+        moment between the commit and this cleanup is kept."""
+        calls: list[tuple[str | None, int, str | None, str | None]] = []
         for before, new in changes:
             old_targets = before.udp_targets if before else frozenset()
             new_targets = new.udp_targets if new else frozenset()
-            calls += [(e or None, p, ep) for e, p, ep in sorted(old_targets - new_targets)]
+            calls += [(e or None, p, ep, None) for e, p, ep in sorted(old_targets - new_targets)]
             if not initial:
                 old_served = before.udp_served if before else frozenset()
                 new_served = new.udp_served if new else frozenset()
-                calls += [(e or None, p, None) for e, p in sorted(new_served - old_served)]
+                calls += [
+                    (ip, p, None, ip)
+                    for e, p in sorted(new_served - old_served)
+                    for ip in ((e,) if e else self.layout.nodeport_ips)
+                ]
         deleted, errors = 0, []
-        for entry, port, endpoint in calls:
+        for entry, port, endpoint, unnated in calls:
             try:
                 deleted += await self.conntrack.clear_udp(
-                    family=self.family, orig_dst=entry, orig_port=port, nat_dst=endpoint
+                    family=self.family,
+                    orig_dst=entry,
+                    orig_port=port,
+                    nat_dst=endpoint,
+                    reply_src=unnated,
                 )
             except ConntrackError as e:
                 errors.append(str(e))

@@ -14,6 +14,7 @@ class Flow:
     orig_dst: str
     orig_port: int
     nat_dst: str
+    """Where the answer comes from: the endpoint if DNATed, else ``orig_dst`` itself."""
 
 
 class FakeConntrack:
@@ -28,10 +29,11 @@ class FakeConntrack:
         orig_dst: str | None = None,
         orig_port: int | None = None,
         nat_dst: str | None = None,
+        reply_src: str | None = None,
     ) -> int:
-        self.calls.append(
-            {"family": family, "orig_dst": orig_dst, "orig_port": orig_port, "nat_dst": nat_dst}
-        )
+        call: dict[str, object] = {"family": family, "orig_dst": orig_dst, "orig_port": orig_port}
+        call |= {"nat_dst": nat_dst, "reply_src": reply_src}
+        self.calls.append(call)
         gone = {
             f
             for f in self.flows
@@ -39,6 +41,7 @@ class FakeConntrack:
             and orig_dst in (None, f.orig_dst)
             and orig_port in (None, f.orig_port)
             and nat_dst in (None, f.nat_dst)
+            and reply_src in (None, f.nat_dst)
         }
         self.flows -= gone
         return len(gone)

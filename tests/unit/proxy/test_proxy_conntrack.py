@@ -57,3 +57,20 @@ async def test_a_failing_tool_is_a_conntrack_error() -> None:
     )
     with pytest.raises(ConntrackError, match="invalid parameters"):
         await ConntrackTool(exec_=run).clear_udp(family="ip", orig_dst="10.96.0.10")
+
+
+async def test_flows_that_were_not_dnated_are_chosen_by_their_reply_source() -> None:
+    run = Scripted(
+        ExecResult(
+            0, b"", b"conntrack v1.4.7 (conntrack-tools): 1 flow entries have been deleted.\n"
+        )
+    )
+
+    deleted = await ConntrackTool(exec_=run).clear_udp(
+        family="ip", orig_dst="10.96.0.10", orig_port=53, reply_src="10.96.0.10"
+    )
+
+    assert deleted == 1
+    assert run.argv[-6:] == [
+        "--orig-dst", "10.96.0.10", "--orig-port-dst", "53", "--reply-src", "10.96.0.10",
+    ]  # fmt: skip

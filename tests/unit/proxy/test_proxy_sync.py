@@ -179,15 +179,22 @@ async def test_stale_udp_flows_are_deleted_when_their_endpoint_goes_away() -> No
 
 
 async def test_udp_flows_from_before_a_service_had_endpoints_are_deleted() -> None:
-    dns = service("dns", "10.96.0.53", ports=[("dns", 53, "UDP")])
+    dns = service("dns", "10.96.0.53", ports=[("dns", 53, "UDP")], type_="NodePort",
+                  node_ports={"dns": 30053})  # fmt: skip
     p = await loaded(dns, services=0)
+    rejected = {Flow("ip", "10.96.0.53", 53, "10.96.0.53"), Flow("ip", NODE_IP, 30053, NODE_IP)}
+    # load-balanced between the commit and the cleanup: kept
+    balanced = {
+        Flow("ip", "10.96.0.53", 53, "10.244.1.1"),
+        Flow("ip", NODE_IP, 30053, "10.244.1.1"),
+    }
+    p.conntrack.flows = rejected | balanced
     p.slices.put(endpoint_slice("dns", [endpoint("10.244.1.1")], ports=[("dns", 53, "UDP")]))
 
     assert await p.sync()
 
-    assert p.conntrack.calls == [
-        {"family": "ip", "orig_dst": "10.96.0.53", "orig_port": 53, "nat_dst": None}
-    ]
+    assert p.conntrack.flows == balanced
+    assert p.manager.metrics.conntrack_deleted.value == 2
 
 
 async def test_affinity_to_a_removed_endpoint_is_forgotten_in_the_same_transaction() -> None:
