@@ -31,6 +31,7 @@ from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods import pod_managers
+from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
@@ -191,9 +192,10 @@ def api_server_mode(node: NodeSettings) -> bool:
 
 
 def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
-    """The node in the cluster (issue 4) and its pods (issue 5). Stopped in reverse order:
-    the pods first, the API client last; the Lease keeps renewing until everything after it
-    has stopped."""
+    """The node in the cluster (issue 4), its pods (issue 5) and the service proxy (issue 6).
+    Stopped in reverse order: the proxy and the pods first (the proxy's rules stay in the
+    kernel), the API client last; the Lease keeps renewing until everything after it has
+    stopped."""
     clock = RealClock()
     api = ApiClient()  # its identity arrives from the credentials manager (TLS bootstrap)
     report = NodeReport(path=node.root_dir / STATE_FILE, node_name=node.node_name, clock=clock)
@@ -255,4 +257,17 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_ips=tuple(str(ip) for ip in node.node_ips),
         deleter=GracePeriodZeroDeleter(api=api),
     )
-    return [api, lease, credentials, node_cache, events, runtime, status, report, *pods.managers]
+    proxy = proxy_managers(
+        config,
+        api=api,
+        clock=clock,
+        node_name=node.node_name,
+        node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
+        node_cache=node_cache,
+        local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
+    )
+    return [
+        *(api, lease, credentials, node_cache, events, runtime, status, report),
+        *pods.managers,
+        *proxy,
+    ]

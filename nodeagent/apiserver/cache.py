@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 
 from nodeagent.apiserver.backoff import Backoff
-from nodeagent.apiserver.errors import ApiError, Gone
+from nodeagent.apiserver.errors import ApiError, Forbidden, Gone
 from nodeagent.apiserver.interface import Api, WatchEvent
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
@@ -41,6 +41,7 @@ class WatchCache:
         name: str | None = None,
         backoff: Backoff | None = None,
         rand: Callable[[], float] = random.random,
+        forbidden_hint: str = "",
         log: Logger | None = None,
     ) -> None:
         self._api = api
@@ -51,6 +52,7 @@ class WatchCache:
         self._name = name or f"cache:{resource.plural}"
         self._backoff = backoff or Backoff(initial=0.8, cap=30.0)
         self._rand = rand
+        self._forbidden_hint = forbidden_hint
         self._log = (log or get_logger("apiserver.cache")).bind(resource=resource.plural)
         self._store: dict[Key, Obj] = {}
         self._rv = ""
@@ -90,7 +92,13 @@ class WatchCache:
                 await self._watch_until_gone()
             except ApiError as e:
                 delay = self._backoff.next()
-                self._log.warning("List/watch failed; will retry", error=str(e), retry_in_s=delay)
+                hint = self._forbidden_hint if isinstance(e, Forbidden) else ""
+                self._log.warning(
+                    "List/watch failed; will retry",
+                    error=str(e),
+                    retry_in_s=delay,
+                    **({"fix": hint} if hint else {}),
+                )
                 await asyncio.sleep(delay)
 
     async def _list(self) -> None:

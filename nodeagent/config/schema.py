@@ -81,6 +81,13 @@ class ProxyConfiguration(Section, frozen=True):
             "a ClusterIP is masqueraded. Empty: only `masqueradeAll` masquerades."
         ),
     ] = field(name="clusterCIDR", default="")
+    service_cidr: Annotated[
+        str,
+        doc(
+            "Service CIDR(s) of the cluster (the apiserver's `--service-cluster-ip-range`); "
+            "traffic to an address in them that no Service has is dropped. Empty: not dropped."
+        ),
+    ] = field(name="serviceCIDR", default="")
     node_port_addresses: Annotated[
         tuple[str, ...],
         doc(

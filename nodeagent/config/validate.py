@@ -55,6 +55,8 @@ def _node(n: NodeConfiguration, out: Findings) -> None:
 def _proxy(p: ProxyConfiguration, out: Findings) -> None:
     if p.cluster_cidr:
         out.check("proxy.clusterCIDR", p.cluster_cidr, syntax.check_cidrs(p.cluster_cidr))
+    if p.service_cidr:
+        out.check("proxy.serviceCIDR", p.service_cidr, syntax.check_cidrs(p.service_cidr))
     for i, cidr in enumerate(p.node_port_addresses):
         path = item("proxy.nodePortAddresses", i)
         if cidr == "primary":

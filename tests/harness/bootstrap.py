@@ -71,7 +71,8 @@ def tls_bootstrap_rbac() -> dict[str, Any]:
     """The bindings kubeadm creates so that nodes can join and renew without a human:
 
     bootstrap tokens may create node-client CSRs, which are auto-approved, and nodes' own renewal
-    CSRs are auto-approved too.
+    CSRs are auto-approved too. Plus one for nodeagent's service proxy: nodes get kube-proxy's
+    read access to Services and EndpointSlices (the ``system:node`` role has no EndpointSlices).
     """
     items = [
         _group_binding(
@@ -88,6 +89,9 @@ def tls_bootstrap_rbac() -> dict[str, Any]:
             "nodeagent:node-autoapprove-certificate-rotation",
             group="system:nodes",
             cluster_role="system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        ),
+        _group_binding(
+            "nodeagent:node-proxier", group="system:nodes", cluster_role="system:node-proxier"
         ),
     ]
     return {"apiVersion": "v1", "kind": "List", "items": items}

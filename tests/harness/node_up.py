@@ -8,8 +8,10 @@ reports a node that is not there; ``stop`` sends SIGTERM (the agent stops in ord
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +23,27 @@ from harness.controlplane import ControlPlane
 from harness.versions import load_versions
 
 REGISTER_TIMEOUT = 60.0
+PROXY_TABLE = "nodeagent"  # nodeagent.proxy.settings.TABLE
+SERVICE_DEVICE = "na-svc0"
+
+
+def route_services_locally(service_cidr: str) -> None:
+    """Let this host's own connections reach ClusterIPs. netsafety's `unreachable <service
+    CIDR>` route refuses them at connect(), before the proxy's nat-output DNAT could run (a
+    real node's default route covers the range instead). Two half-range routes via a local
+    device win over it: the DNAT then reroutes to the pod, and a packet no rule DNATs ends on
+    that device, which drops it, so nothing leaves the machine. (The device is one end of a
+    veth pair whose peer stays down: this kernel has no `dummy` driver.)"""
+    net = ipaddress.ip_network(service_cidr)
+    subprocess.run(["ip", "link", "del", SERVICE_DEVICE], capture_output=True, check=False)
+    _ip("link", "add", SERVICE_DEVICE, "type", "veth", "peer", "name", f"{SERVICE_DEVICE}p")
+    _ip("link", "set", SERVICE_DEVICE, "up")
+    for half in net.subnets(prefixlen_diff=1):
+        _ip("route", "replace", str(half), "dev", SERVICE_DEVICE)
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], capture_output=True, check=True)
 
 
 def say(message: str) -> None:
@@ -49,6 +72,9 @@ def _config(directory: Path, *, kubeconfig: Path, runtime_endpoint: str | None) 
         "kind": "NodeAgentConfiguration",
         "node": {"kubeconfig": str(kubeconfig), "rootDir": str(directory / "root")},
         "kubelet": kubelet,
+        # The node's service proxy programs this host's `ip nodeagent` table (`make down`
+        # deletes it): ClusterIPs and NodePorts work from the host and from the pods.
+        "proxy": {"clusterCIDR": versions.cluster_cidr, "serviceCIDR": versions.service_cidr},
     }
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -78,6 +104,7 @@ def ensure(
     config = _config(
         node_dir, kubeconfig=plane.node_kubeconfig(name), runtime_endpoint=runtime_endpoint
     )
+    route_services_locally(load_versions().service_cidr)
     argv = [sys.executable, "-m", "nodeagent", "run", "--config", str(config)]
     proc = processes.start(
         name="nodeagent", argv=argv, log=directory / "logs" / "nodeagent.log", detached=True
@@ -104,5 +131,12 @@ def ensure(
 
 
 def stop(record: dict[str, Any] | None) -> None:
+    """Stop the agent, then remove its service rules: stopping leaves them in the kernel on
+    purpose (a restart must not open a window without them); `down` means gone."""
     if record:
         processes.stop_pid(record["pid"], binary=record["argv0"], timeout=10.0)
+        subprocess.run(["ip", "link", "del", SERVICE_DEVICE], capture_output=True, check=False)
+        for family in ("ip", "ip6"):
+            subprocess.run(
+                ["nft", "delete", "table", family, PROXY_TABLE], capture_output=True, check=False
+            )

@@ -31,9 +31,11 @@ from harness.controlplane import (
 from harness.versions import cache_dir
 
 NODE_NOTE = (
-    "nodeagent is the node: it renews its Lease, reports Ready from containerd and runs the pods "
-    "bound to it (local images: localhost/busybox:latest, localhost/pause:latest); no volumes, "
-    "probes or Service proxy yet"
+    "nodeagent is the node: it renews its Lease, reports Ready from containerd, runs the pods "
+    "bound to it (local images: localhost/busybox:latest and localhost/pause:latest with "
+    "imagePullPolicy IfNotPresent, or <registry>/busybox:latest from the local registry) and "
+    "programs Services into nftables (table `ip nodeagent`: ClusterIPs and NodePorts work from "
+    "this host and from pods); no volumes or probes yet"
 )
 
 

@@ -461,6 +461,8 @@ async def test_nodeagent_run_as_a_process_registers_reports_status_and_stops_cle
                         {"key": "dedicated", "value": "proc", "effect": "NoSchedule"}
                     ],
                 },
+                # the host's root netns is not this test's to program
+                "proxy": {"enabled": False},
             }
         )
     )

@@ -54,6 +54,7 @@ def test_from_a_bootstrap_token_the_node_is_ready_when_containerd_answers(
                     "rootDir": str(tmp_path / "root"),
                 },
                 "kubelet": {"containerRuntimeEndpoint": containerd.endpoint},
+                "proxy": {"enabled": False},  # the host's root netns is not this test's
             }
         )
     )

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nodeagent.apiserver import NODES, Gone, ServerError, WatchCache
+from nodeagent.apiserver import NODES, Forbidden, Gone, ServerError, WatchCache
+from nodeagent.log.facade import record_fields
 from nodeagent.testing.fake_apiserver import FakeApiServer
 
 pytestmark = pytest.mark.looptime
@@ -104,3 +105,18 @@ async def test_failures_back_off_800ms_doubling_to_30s_and_reset_after_success()
 
     times = [c.at for c in server.calls_to("list", "nodes")]
     assert times == pytest.approx([0, 0.8, 2.4, 5.6, 12.0, 24.8, 50.4, 80.4, 110.4])
+
+
+async def test_a_forbidden_list_names_the_fix_the_owner_gave(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = FakeApiServer()
+    server.react("list", "nodes", Forbidden('nodes is forbidden: User "system:node:a"'), times=1)
+    cache = WatchCache(api=server, resource=NODES, forbidden_hint="bind the node-proxier role")
+    task = asyncio.create_task(cache.run())
+    await cache.wait_synced()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+    [warning] = [r for r in caplog.records if r.getMessage() == "List/watch failed; will retry"]
+    assert record_fields(warning)["fix"] == "bind the node-proxier role"

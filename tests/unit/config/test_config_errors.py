@@ -309,6 +309,13 @@ BAD_FILES = [
         "is not a CIDR",
     ),
     (
+        "service CIDR with a prefix too long",
+        "proxy:\n  serviceCIDR: 10.96.0.0/40\n",
+        "proxy.serviceCIDR",
+        "10.96.0.0/40",
+        "is not a CIDR",
+    ),
+    (
         "NodePort address that is not a CIDR",
         "proxy:\n  nodePortAddresses: [eth0]\n",
         "proxy.nodePortAddresses[0]",

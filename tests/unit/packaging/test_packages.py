@@ -17,7 +17,7 @@ def test_deb_metadata_names_package_version_arch_and_dependencies(packages: Pack
 
     assert f"Package: nodeagent\nVersion: {packages.version}-1\n" in fields
     assert "Architecture: amd64\n" in fields
-    assert "Depends: python3.11, nftables\n" in fields
+    assert "Depends: python3.11, nftables, conntrack\n" in fields
     assert "Recommends: containerd | containerd.io\n" in fields
 
 
@@ -27,7 +27,7 @@ def test_rpm_metadata_names_package_version_arch_and_requirements(packages: Pack
     recommends = run("rpm", "-qp", "--recommends", packages.rpm).stdout.splitlines()
 
     assert nvra == f"nodeagent {packages.version} 1 x86_64"
-    assert {"/usr/bin/python3.11", "nftables"} <= set(requires)
+    assert {"/usr/bin/python3.11", "nftables", "conntrack-tools"} <= set(requires)
     assert recommends == ["containerd"]
 
 

@@ -1,0 +1,144 @@
+"""The service proxy as the agent runs it: the watch caches of Services and EndpointSlices and
+a :class:`ProxyManager` programming this host's nftables, built once the node's addresses are
+known.
+
+The NodePort addresses and the address families come from ``--node-ip`` when it is given, else
+from the InternalIP addresses the node status reported (kube-proxy reads them from the Node
+object too). Until then nothing is programmed; rules left by an earlier run stay in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from nodeagent.apiserver import Api, WatchCache
+from nodeagent.clock import Clock
+from nodeagent.config import Config
+from nodeagent.log import Logger, get_logger
+from nodeagent.manager import Manager
+from nodeagent.nft.interface import NFTablesInterface
+from nodeagent.nft.objects import Family
+from nodeagent.nft.runner import NFTables
+from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL
+from nodeagent.proxy.conntrack import Conntrack, ConntrackTool
+from nodeagent.proxy.manager import ProxyManager
+from nodeagent.proxy.settings import TABLE, settings_from_config
+from nodeagent.proxy.tracking import ObjectStore
+
+RBAC_HINT = (
+    "the node's identity needs kube-proxy's permissions: kubectl create clusterrolebinding"
+    " nodeagent:node-proxier --clusterrole=system:node-proxier --group=system:nodes"
+    " (or set proxy.enabled: false)"
+)
+
+
+def internal_ips(node: Mapping[str, Any] | None) -> tuple[str, ...]:
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    return tuple(a["address"] for a in addresses if a.get("type") == "InternalIP")
+
+
+class ServiceProxy:
+    """Waits for the node's addresses, then runs the proxy manager until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        node_name: str,
+        node_ips: tuple[str, ...],
+        get_node: Callable[[], Mapping[str, Any] | None],
+        node_changed: Callable[[Callable[[Any], bool]], Any],
+        local_ips: Callable[[], Iterable[str]],
+        services: ObjectStore,
+        slices: ObjectStore,
+        clock: Clock,
+        nft: Callable[[Family], NFTablesInterface] | None = None,
+        conntrack: Conntrack | None = None,
+        log: Logger | None = None,
+    ) -> None:
+        self._config = config
+        self._node_name = node_name
+        self._node_ips = node_ips
+        self._get_node = get_node
+        self._node_changed = node_changed
+        self._local_ips = local_ips
+        self._services = services
+        self._slices = slices
+        self._clock = clock
+        self._nft = nft or (lambda family: NFTables(family=family, table=TABLE))
+        self._conntrack = conntrack or ConntrackTool()
+        self._log = log or get_logger("proxy")
+        self.manager: ProxyManager | None = None
+
+    @property
+    def name(self) -> str:
+        return "proxy"
+
+    async def _addresses(self) -> tuple[str, ...]:
+        if self._node_ips:
+            return self._node_ips
+        await self._node_changed(lambda _cache: bool(internal_ips(self._get_node())))
+        return internal_ips(self._get_node())
+
+    async def run(self) -> None:
+        node_ips = await self._addresses()
+        local = await asyncio.to_thread(lambda: tuple(self._local_ips()))
+        p = self._config.proxy
+        settings = settings_from_config(
+            self._config,
+            node_name=self._node_name,
+            node_ips=node_ips,
+            local_ips=local,
+            service_cidrs=tuple(c.strip() for c in p.service_cidr.split(",") if c.strip()),
+        )
+        self._log.info(
+            "Service proxy starting",
+            node_ips=",".join(node_ips),
+            nodeport_ips=",".join(settings.nodeport_ips),
+            families=",".join(settings.families),
+        )
+        self.manager = ProxyManager(
+            settings=settings,
+            services=self._services,
+            slices=self._slices,
+            nft={f: self._nft(f) for f in settings.families},
+            conntrack=self._conntrack,
+            clock=self._clock,
+        )
+        await self.manager.run()
+
+
+def proxy_managers(
+    config: Config,
+    *,
+    api: Api,
+    clock: Clock,
+    node_name: str,
+    node_ips: tuple[str, ...],
+    node_cache: WatchCache,
+    local_ips: Callable[[], Iterable[str]],
+) -> list[Manager]:
+    """The Service and EndpointSlice caches and the proxy, in start order; none when
+    ``proxy.enabled`` is false."""
+    if not config.proxy.enabled:
+        return []
+    services = WatchCache(
+        api=api, resource=SERVICES_ALL, name="cache:services", forbidden_hint=RBAC_HINT
+    )
+    slices = WatchCache(
+        api=api, resource=ENDPOINTSLICES_ALL, name="cache:endpointslices", forbidden_hint=RBAC_HINT
+    )
+    proxy = ServiceProxy(
+        config=config,
+        node_name=node_name,
+        node_ips=node_ips,
+        get_node=lambda: node_cache.get(node_name),
+        node_changed=node_cache.wait_for,
+        local_ips=local_ips,
+        services=services,
+        slices=slices,
+        clock=clock,
+    )
+    return [services, slices, proxy]
