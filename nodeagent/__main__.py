@@ -12,13 +12,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from nodeagent import __version__, config
+from nodeagent import __version__, cgroups, config
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +67,21 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         config_cli.report(e)
         return EXIT_USAGE
+    fs_type = cgroups.host_cgroup_fs()
+    v2 = fs_type == "cgroup2"
+    refusal = cgroups.cgroup_v1_refusal(
+        cgroup_v2=v2, fail_cgroup_v1=cfg.kubelet.fail_cgroup_v1, fs_type=fs_type
+    )
+    if refusal:
+        print(f"nodeagent: {refusal}", file=sys.stderr)
+        return EXIT_FAILURE
     log.setup(verbosity=cfg.kubelet.logging.verbosity, environ=os.environ)
+    if not v2:
+        log.get_logger("agent").warning(
+            "cgroup v1 host: running in maintenance mode (kubelet.failCgroupV1 is false); swap is"
+            " NoSwap and per-container PSI is unavailable",
+            cgroup_fs=fs_type or "",
+        )
     return asyncio.run(agent.build(cfg, environ=os.environ).run())
 
 

@@ -135,6 +135,15 @@ FLAGS: tuple[Flag, ...] = (
         "CRI socket URL",
         "URL",
     ),
+    Flag(
+        ("--fail-cgroupv1",),
+        "fail_cgroup_v1",
+        "kubelet.failCgroupV1",
+        _bool,
+        "refuse to start on a cgroup v1 host (--fail-cgroupv1=false: maintenance mode)",
+        "BOOL",
+        optional_value=True,
+    ),
     Flag(("--root-dir",), "root_dir", "node.rootDir", _path, "state directory", "PATH"),
     Flag(("-v", "--v"), "verbosity", "kubelet.logging.verbosity", _int, "log verbosity", "N"),
 )

@@ -456,6 +456,7 @@ async def test_nodeagent_run_as_a_process_registers_reports_status_and_stops_cle
                     "nodeLabels": {"node.kubernetes.io/pool": "process"},
                 },
                 "kubelet": {
+                    "failCgroupV1": False,  # this host may be cgroup v1
                     "rotateCertificates": True,
                     "registerWithTaints": [
                         {"key": "dedicated", "value": "proc", "effect": "NoSchedule"}

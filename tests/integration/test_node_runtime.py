@@ -53,7 +53,8 @@ def test_from_a_bootstrap_token_the_node_is_ready_when_containerd_answers(
                     "hostnameOverride": name,
                     "rootDir": str(tmp_path / "root"),
                 },
-                "kubelet": {"containerRuntimeEndpoint": containerd.endpoint},
+                # failCgroupV1: this host may be cgroup v1
+                "kubelet": {"containerRuntimeEndpoint": containerd.endpoint, "failCgroupV1": False},
                 "proxy": {"enabled": False},  # the host's root netns is not this test's
             }
         )

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from sd_listener import NotifyListener
 
+from nodeagent import cgroups
+
 REPO = Path(__file__).resolve().parents[3]
 KLOG_LINE = re.compile(
     r"^(?P<level>[IWE])\d{4} \d\d:\d\d:\d\d\.\d{6} +(?P<pid>\d+) (?P<src>\S+:\d+)\] (?P<rest>.*)$"
@@ -44,8 +46,27 @@ def daemon(tmp_path: Path, notify_listener: NotifyListener) -> Iterator[subproce
 
 def _hermetic_flags(tmp_path: Path) -> list[str]:
     """Keep the daemon off the host's /etc/nodeagent and /var/lib/nodeagent: no kubeconfig,
-    so it runs standalone (the kubelet's mode without an API server)."""
-    return ["--root-dir", str(tmp_path / "root"), "--kubeconfig", str(tmp_path / "none")]
+    so it runs standalone (the kubelet's mode without an API server). Runs on a cgroup v1
+    host too (the unit tier's machine may be one)."""
+    return [
+        *("--root-dir", str(tmp_path / "root"), "--kubeconfig", str(tmp_path / "none")),
+        "--fail-cgroupv1=false",
+    ]
+
+
+EMPTY = '""'
+
+
+def _cgroup_warnings() -> list[str]:
+    """What the daemon says on this host's cgroup version: nothing on v2; on v1 (allowed by
+    --fail-cgroupv1=false) one warning, logged before anything else."""
+    fs_type = cgroups.host_cgroup_fs()
+    if fs_type == "cgroup2":
+        return []
+    return [
+        '"cgroup v1 host: running in maintenance mode (kubelet.failCgroupV1 is false); swap is'
+        f' NoSwap and per-container PSI is unavailable" cgroup_fs={fs_type or EMPTY}'
+    ]
 
 
 def _standalone_warning(tmp_path: Path) -> str:
@@ -87,8 +108,11 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     lines = (tmp_path / "stderr.log").read_text().splitlines()
     parsed = [m.groupdict() for m in map(KLOG_LINE.match, lines) if m]
     assert len(parsed) == len(lines), lines
+    cgroup = _cgroup_warnings()
     rests = [p["rest"] for p in parsed]
-    assert [p["level"] for p in parsed if p["level"] != "I"] == ["W"]
+    assert [p["level"] for p in parsed if p["level"] != "I"] == ["W"] * (1 + len(cgroup))
+    assert rests[: len(cgroup)] == cgroup
+    rests = rests[len(cgroup) :]
     assert rests[0] == _standalone_warning(tmp_path)
     assert rests[1].startswith('"Starting nodeagent" version=')
     assert rests[1].endswith(" managers=standalone")
@@ -96,7 +120,7 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     assert '"Stopping" reason="signal SIGTERM"' in rests
     assert rests[-1] == '"Stopped" exit_code=0'
     assert {p["pid"] for p in parsed} == {str(daemon.pid)}
-    assert all(p["src"].startswith("agent.py:") for p in parsed)
+    assert all(p["src"].startswith("agent.py:") for p in parsed[len(cgroup) :])
 
 
 def test_daemon_survives_a_missing_notify_socket(tmp_path: Path) -> None:
@@ -124,7 +148,10 @@ def test_daemon_survives_a_missing_notify_socket(tmp_path: Path) -> None:
         proc.communicate()
 
     assert proc.returncode == 0
+    cgroup = _cgroup_warnings()
     warnings = [line for line in lines if line.startswith("W")]
+    assert [w.split("] ", 1)[1] for w in warnings[: len(cgroup)]] == cgroup
+    warnings = warnings[len(cgroup) :]
     assert len(warnings) == 2, lines
     assert warnings[0].endswith("] " + _standalone_warning(tmp_path))
     assert warnings[1].endswith(
