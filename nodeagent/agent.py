@@ -176,12 +176,28 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
             " register with an API server",
             kubeconfig=str(node.kubeconfig),
         )
-        managers.append(NullManager(name="standalone"))
+        managers += _standalone_managers(node, config=config)
     return Agent(
         managers=managers,
         notifier=notifier,
         watchdog_interval=watchdog_interval(environ),
     )
+
+
+def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
+    """Standalone with a ``staticPodPath``: the static pods run, as the kubelet runs them
+    without an API server (no mirror pods, statuses stay local). Without one: nothing."""
+    if not config.kubelet.static_pod_path:
+        return [NullManager(name="standalone")]
+    pods = pod_managers(
+        config,
+        api=None,
+        clock=RealClock(),
+        node_name=node.node_name,
+        get_node=lambda: None,
+        node_ips=tuple(str(ip) for ip in node.node_ips),
+    )
+    return pods.managers
 
 
 def api_server_mode(node: NodeSettings) -> bool:
@@ -238,6 +254,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 errors=(*runtime.errors(), *filter(None, [pods.pleg.health()])),
                 version=runtime.version(),
             ),
+            images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
         ),
         on_repeated_failure=api.reset_connections,
         on_reported=report.status_reported,
@@ -256,6 +273,8 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         get_node=lambda: node_cache.get(node.node_name),
         node_ips=tuple(str(ip) for ip in node.node_ips),
         deleter=GracePeriodZeroDeleter(api=api),
+        events=events,
+        node_events=events,
     )
     proxy = proxy_managers(
         config,

@@ -1,8 +1,10 @@
 """Wiring of the pod managers (issue 5), called by ``agent.build`` and by the integration tests.
 
 :func:`pod_managers` returns, in start order: the CRI connection, the watch cache of this
-node's pods, and the sync loop (which runs the PLEG, the pod workers and the status manager in
-its own TaskGroup). Stopped in reverse: the sync loop first, the CRI connection last.
+node's pods, the static pod file source, the sync loop (which runs the PLEG, the pod workers
+and the status manager in its own TaskGroup) over both sources, and the mirror pod manager.
+Stopped in reverse: the mirror pods first, the CRI connection last. Without an API
+(``api=None``, standalone) there is no watch cache and no mirror pod manager.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
+from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
@@ -22,8 +26,16 @@ from nodeagent.manager import Manager
 from nodeagent.pleg import GenericPleg
 from nodeagent.podsync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
 from nodeagent.podworkers import PodWorkers
+from nodeagent.staticpods import (
+    FileSource,
+    MirrorIndex,
+    MirrorPods,
+    MirrorStatusApi,
+    NoApiServer,
+    PodSources,
+)
 from nodeagent.status import StatusManager
-from nodeagent.status.manager import PodDeleter
+from nodeagent.status.manager import PlainDeleter, PodDeleter
 from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 
 CGROUP2_SUPER_MAGIC_PATH = "/sys/fs/cgroup/cgroup.controllers"
@@ -67,38 +79,75 @@ def runtime_settings(
 @dataclass(frozen=True)
 class PodManagers:
     connection: RuntimeConnection
-    pods_cache: WatchCache
+    pods_cache: WatchCache | None
     sync_loop: SyncLoop
     pleg: GenericPleg
     status: StatusManager
+    gc: GarbageCollectors
+    static_pods: FileSource
+    mirrors: MirrorPods | None
 
     @property
     def managers(self) -> list[Manager]:
-        return [self.connection, self.pods_cache, self.sync_loop]
+        api_side = [self.pods_cache] if self.pods_cache is not None else []
+        mirrors = [self.mirrors] if self.mirrors is not None else []
+        return [
+            self.connection,
+            *api_side,
+            self.static_pods,
+            self.sync_loop,
+            *mirrors,
+            *self.gc.managers,
+        ]
 
 
 def pod_managers(
     config: Config,
     *,
-    api: Api,
+    api: Api | None,
     clock: Clock,
     node_name: str,
     get_node: Callable[[], Mapping[str, Any] | None],
     node_ips: tuple[str, ...] = (),
     settings: PodRuntimeSettings | None = None,
     deleter: PodDeleter | None = None,
+    events: ObjectEventSink | None = None,
+    node_events: EventSink | None = None,
 ) -> PodManagers:
     """The pod managers for ``config``; ``get_node`` reads this node's Node object from the
     node cache (addresses for hostIP, allocatable for admission and the downward API).
     ``deleter``: how a terminated pod leaves the API — give
-    ``GracePeriodZeroDeleter(api=api_client)`` for the real client (the kubelet's call)."""
+    ``GracePeriodZeroDeleter(api=api_client)`` for the real client (the kubelet's call).
+    ``events``: where the pods' Events go (the node's ``EventRecorder``); none if omitted.
+    ``node_events``: where the Node's Events go (garbage collection failures).
+    ``api=None``: a standalone node, static pods only (no API source, no mirror pods)."""
     settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
     connection = RuntimeConnection(
         endpoint=config.kubelet.container_runtime_endpoint,
         runtime_request_timeout=config.kubelet.runtime_request_timeout.seconds,
     )
-    pods_cache = WatchCache(
-        api=api, resource=ALL_PODS, field_selector=f"spec.nodeName={node_name}", name="cache:pods"
+    pods_cache = (
+        WatchCache(
+            api=api,
+            resource=ALL_PODS,
+            field_selector=f"spec.nodeName={node_name}",
+            name="cache:pods",
+        )
+        if api is not None
+        else None
+    )
+    server: Api = api if api is not None else NoApiServer()
+    static_pods = FileSource(
+        path=config.kubelet.static_pod_path,
+        node_name=node_name,
+        clock=clock,
+        period=config.kubelet.file_check_frequency.seconds,
+    )
+    sources = PodSources(static_pods, *([pods_cache] if pods_cache is not None else []))
+    mirror_status = MirrorStatusApi(
+        api=server,
+        statics=static_pods,
+        mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
     )
 
     def host_ips() -> tuple[str, ...]:
@@ -108,28 +157,64 @@ def pod_managers(
         return node_allocatable(get_node())
 
     runtime = RuntimeManager(runtime=connection, images=connection, settings=settings, clock=clock)
-    status = StatusManager(api=api, deleter=deleter)
+    status = StatusManager(api=mirror_status, deleter=deleter)
     podsync = PodSync(
         runtime=runtime,
         status=status,
         clock=clock,
-        env=ApiEnvSource(api=api, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
+        env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
         host_dns=HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
+        events=events,
     )
-    events = SyncEvents()
-    pleg = GenericPleg(runtime=connection, on_event=events.pleg_event)
+    workers = PodWorkers(syncer=podsync)
+    sync_events = SyncEvents()
+    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=node_name,
-        events=events,
-        source=pods_cache,
-        workers=PodWorkers(syncer=podsync),
+        events=sync_events,
+        source=sources,
+        workers=workers,
         pleg=pleg,
         podsync=podsync,
         status=status,
         clock=clock,
         allocatable=allocatable,
+        event_sink=events,
+    )
+    gc = gc_managers(
+        config,
+        runtime=connection,
+        images=connection,
+        pods=PodPresence(
+            synced=lambda: sources.synced, api_pods=sources.items, known=workers.known
+        ),
+        clock=clock,
+        pod_logs_dir=settings.pod_logs_dir,
+        container_logs_dir=settings.container_logs_dir,
+        events=node_events,
+    )
+    mirrors = (
+        MirrorPods(
+            api=server,
+            deleter=deleter or PlainDeleter(api=server),
+            node_name=node_name,
+            statics=static_pods,
+            api_pods=pods_cache,
+            get_node=get_node,
+            terminating=workers.known,
+            deliver_statuses=mirror_status.deliver_pending,
+        )
+        if pods_cache is not None
+        else None
     )
     return PodManagers(
-        connection=connection, pods_cache=pods_cache, sync_loop=sync_loop, pleg=pleg, status=status
+        connection=connection,
+        pods_cache=pods_cache,
+        sync_loop=sync_loop,
+        pleg=pleg,
+        status=status,
+        gc=gc,
+        static_pods=static_pods,
+        mirrors=mirrors,
     )

@@ -8,6 +8,9 @@
 - ``sync_terminated_pod``: report the final status; for a deleted pod, ask the status manager
   to remove the API object;
 - ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes and logs.
+
+What the runtime manager does is recorded as it happens, as Events about the pod or one of its
+containers (``Pulling``, ``Created``, ``Failed``, ``BackOff``, ``Killing``, ...), to ``events``.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from typing import Any, Final, Protocol
 
 from nodeagent.apiserver import Api, NotFound, Resource
 from nodeagent.clock import Clock
+from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.kuberuntime.dns import parse_resolv_conf
 from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
 from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
 from nodeagent.kuberuntime.podsettings import ResolvConf
-from nodeagent.kuberuntime.results import ContainerFailure, SyncResult
+from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
@@ -147,6 +151,7 @@ class PodSync:
         env: EnvSource,
         host_dns: Callable[[], Any],
         host_ips: Callable[[], tuple[str, ...]],
+        events: ObjectEventSink | None = None,
         log: Logger | None = None,
     ) -> None:
         self._runtime = runtime
@@ -155,6 +160,7 @@ class PodSync:
         self._env = env
         self._host_dns = host_dns
         self._host_ips = host_ips
+        self._events: ObjectEventSink = events or DiscardEvents()
         self._log = log or get_logger("podsync")
         self._reasons: dict[str, dict[str, ContainerFailure]] = {}
 
@@ -178,11 +184,19 @@ class PodSync:
         for name in result.started:
             reasons.pop(name, None)
         reasons.update(result.failures)
+
+    def _on_event(self, pod: Pod) -> Callable[[PodEvent], None]:
+        """Log and record the runtime manager's events about ``pod`` as they happen."""
         log = self._log.bind(pod_namespace=pod.namespace, pod_name=pod.name, pod_uid=pod.uid)
-        for kind, reason, message in result.events:
-            (log.warning if kind == "Warning" else log.v(2).info)(
-                message, event_type=kind, reason=reason
+
+        def post(e: PodEvent) -> None:
+            fields = {"container_name": e.container} if e.container else {}
+            (log.warning if e.type == "Warning" else log.v(2).info)(
+                e.message, event_type=e.type, reason=e.reason, **fields
             )
+            self._events.record_for(pod_reference(pod, e.container), e.type, e.reason, e.message)
+
+        return post
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         state = await self._runtime.pod_state(pod.uid)
@@ -190,7 +204,7 @@ class PodSync:
             return SyncOutcome(terminal=True)
         inputs = await self._env.inputs(pod)
         result = await self._runtime.sync_pod(
-            pod, state, inputs=inputs, host_dns=await self._host_dns()
+            pod, state, inputs=inputs, host_dns=await self._host_dns(), on_event=self._on_event(pod)
         )
         self._record(pod, result)
         if result.sandbox_error is not None:
@@ -213,7 +227,8 @@ class PodSync:
                 grace_period=grace,
                 containers=",".join(running),
             )
-        await self._runtime.kill_pod(pod, state, grace=grace)
+        result = SyncResult(on_event=self._on_event(pod))
+        await self._runtime.kill_pod(pod, state, grace=grace, result=result)
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
 

@@ -3,7 +3,8 @@
 Producers put typed events on one queue and :meth:`SyncLoop.sync_loop_iteration` dispatches
 them (``match``, one short arm each):
 
-- :class:`PodsChanged` — the pod source (a watch on ``spec.nodeName=<node>``) changed: new
+- :class:`PodsChanged` — the pod source (a watch on ``spec.nodeName=<node>`` and the static
+  pod manifests; mirror pods are skipped, their static pod runs) changed: new
   pods go through admission and get a worker, updated ones (a deletion timestamp) go to their
   worker, vanished ones are terminated and cleaned up;
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
@@ -27,6 +28,7 @@ import msgspec
 
 from nodeagent.admission import admit_pod
 from nodeagent.clock import Clock
+from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.log import Logger, get_logger
 from nodeagent.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.podspec import Pod, decode_pod
@@ -38,7 +40,11 @@ HOUSEKEEPING_PERIOD: Final = 2.0
 
 
 class PodStore(Protocol):
-    """What the pod source offers: a ``WatchCache`` of Pods with ``spec.nodeName=<node>``."""
+    """What the pod source offers: a ``WatchCache`` of Pods with ``spec.nodeName=<node>``, or
+    ``staticpods.PodSources`` merging it with the static pod file source. ``wait_synced``
+    returns once there are pods to run (any source has listed: static pods run while the API
+    server is unreachable); ``synced`` — which gates housekeeping — holds once every source
+    has listed, so no pod is taken for an orphan before its source has spoken."""
 
     @property
     def synced(self) -> bool: ...
@@ -131,6 +137,7 @@ class SyncLoop:
         clock: Clock,
         allocatable: Callable[[], Mapping[str, str] | None] = lambda: None,
         housekeeping_period: float = HOUSEKEEPING_PERIOD,
+        event_sink: ObjectEventSink | None = None,
         log: Logger | None = None,
     ) -> None:
         self._node = node_name
@@ -142,12 +149,15 @@ class SyncLoop:
         self._clock = clock
         self._allocatable = allocatable
         self._period = housekeeping_period
+        self._event_sink: ObjectEventSink = event_sink or DiscardEvents()
         self._log = log or get_logger("pods")
         self._events = events
         self._known: dict[str, Pod] = {}
         self._rejected: set[str] = set()
         self._undecodable: set[str] = set()
         self._orphans: dict[str, asyncio.Task[None]] = {}
+        self._leaving: dict[str, Pod] = {}  # removed static pods, until their worker is done
+        self._successor_waits = False
         self._tg: asyncio.TaskGroup | None = None
         self.heartbeat: float | None = None
 
@@ -220,14 +230,30 @@ class SyncLoop:
             if self._workers.known(uid):
                 if not _differ(self._known.get(uid), pod):
                     continue  # only the status moved (our own patches): nothing to do
-            elif not self._admit(pod):
+            elif self._waits_for_predecessor(pod) or not self._admit(pod):
                 continue
             self._workers.update_pod(pod)
         for uid, last in self._known.items():
             if uid not in current:
                 self._workers.remove_pod(uid, last)
                 self._rejected.discard(uid)
+                if last.is_static:
+                    self._leaving[uid] = last
         self._known = current
+
+    def _waits_for_predecessor(self, pod: Pod) -> bool:
+        """A static pod whose manifest changed starts once the pod it replaces (same name,
+        old UID) has terminated — never both at once, as in the kubelet; housekeeping looks
+        again."""
+        if not pod.is_static:
+            return False
+        self._leaving = {u: p for u, p in self._leaving.items() if self._workers.known(u)}
+        for uid, other in (*self._known.items(), *self._leaving.items()):
+            same = other.is_static and (other.namespace, other.name) == (pod.namespace, pod.name)
+            if uid != pod.uid and same and self._workers.known(uid):
+                self._successor_waits = True
+                return True
+        return False
 
     def _admit(self, pod: Pod) -> bool:
         if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
@@ -247,6 +273,7 @@ class SyncLoop:
             reason=result.reason,
             message=result.message,
         )
+        self._event_sink.record_for(pod_reference(pod), "Warning", result.reason, result.message)
         status = rejected_status(
             pod, reason=result.reason, message=result.message, now=rfc3339(self._clock)
         )
@@ -254,6 +281,9 @@ class SyncLoop:
         return False
 
     def _housekeeping(self) -> None:
+        if self._successor_waits:
+            self._successor_waits = False
+            self._reconcile_source()
         if not self._source.synced or not self._pleg.relisted_once or self._tg is None:
             return
         for uid, seen in self._pleg.pods().items():

@@ -5,10 +5,16 @@
 pull gives ``ErrImagePull`` with the runtime's message and starts a back-off (10s doubling to
 300s per pod and image); while it lasts the container waits with ``ImagePullBackOff``
 (``Back-off pulling image "<image>"``).
+
+Events as the kubelet's image manager records them, about the container (``Pulling``,
+``Pulled``, ``Failed``, ``BackOff``, ``ErrImageNeverPull``, ``InspectFailed``). ``Pulled``
+after a pull gives its duration and the image's size. A present image gives the message of the
+kubelet without ``KubeletEnsureSecretPulledImages`` (pull credentials are not re-verified).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from nodeagent.kuberuntime import types as cri
@@ -22,11 +28,13 @@ from nodeagent.kuberuntime.results import (
     INVALID_IMAGE_NAME,
     ContainerFailure,
     SyncResult,
+    go_duration,
 )
 from nodeagent.kuberuntime.service import ImageService
 from nodeagent.podspec import Container, Pod
 
 PULL_FAILURE_RESYNC: Final = 1.0
+IMAGE_INSPECT_ERROR: Final = "ImageInspectError"
 
 
 class ImageFailure(Exception):
@@ -37,9 +45,12 @@ class ImageFailure(Exception):
 
 
 class ImageManager:
-    def __init__(self, *, images: ImageService, backoff: Backoff) -> None:
+    def __init__(
+        self, *, images: ImageService, backoff: Backoff, monotonic: Callable[[], float]
+    ) -> None:
         self._images = images
         self._backoff = backoff
+        self._monotonic = monotonic
 
     async def ensure_image(
         self,
@@ -50,43 +61,63 @@ class ImageManager:
     ) -> str:
         """The image id to create ``container`` from; raises ImageFailure."""
         image = container.image
+
+        def event(type_: str, reason: str, message: str) -> None:
+            result.event(type_, reason, message, container=container.name)
+
         try:
             parse_image_ref(image)
         except ValueError as e:
             message = f'Failed to apply default image tag "{image}": {e}'
+            event("Warning", "InspectFailed", message)
             raise ImageFailure(ContainerFailure(INVALID_IMAGE_NAME, message)) from e
         try:
             status = await self._images.image_status(image)
         except CriError as e:
             message = f'Failed to inspect image "{image}": {e.status_text}'
-            raise ImageFailure(ContainerFailure("ImageInspectError", message)) from e
+            event("Warning", "InspectFailed", message)
+            raise ImageFailure(ContainerFailure(IMAGE_INSPECT_ERROR, message)) from e
         present = status.image.id if status.HasField("image") else ""
         policy = container.pull_policy
         if policy == "Never" or (policy == "IfNotPresent" and present):
             if present:
-                result.event(
-                    "Normal", "Pulled", f'Container image "{image}" already present on machine'
-                )
+                event("Normal", "Pulled", f'Container image "{image}" already present on machine')
                 return present
             message = f'Container image "{image}" is not present with pull policy of Never'
-            result.event("Warning", "ErrImageNeverPull", message)
+            event("Warning", "ErrImageNeverPull", message)
             raise ImageFailure(ContainerFailure(ERR_IMAGE_NEVER_PULL, message))
         key = image_key(uid=pod.uid, image=image)
         wait = self._backoff.remaining_since_update(key)
         if wait > 0:
             message = f'Back-off pulling image "{image}"'
-            result.event("Normal", "BackOff", message)
+            event("Normal", "BackOff", message)
             raise ImageFailure(ContainerFailure(IMAGE_PULL_BACK_OFF, message), retry_in=wait)
-        result.event("Normal", "Pulling", f'Pulling image "{image}"')
+        event("Normal", "Pulling", f'Pulling image "{image}"')
+        started = self._monotonic()
         try:
             ref = await self._images.pull_image(image, sandbox_config=sandbox_config)
         except CriError as e:
             self._backoff.next(key, self._backoff.now())
-            result.event("Warning", "Failed", f'Failed to pull image "{image}": {e.status_text}')
+            event("Warning", "Failed", f'Failed to pull image "{image}": {e.status_text}')
             failure = ContainerFailure(ERR_IMAGE_PULL, e.status_text)
             # Sync again shortly: the container then waits with ImagePullBackOff until the
             # back-off expires, as the kubelet's next sync reports it.
             raise ImageFailure(failure, retry_in=PULL_FAILURE_RESYNC) from e
-        result.event("Normal", "Pulled", f'Successfully pulled image "{image}"')
+        took = go_duration(self._monotonic() - started)
+        size = await self._size(image)
+        event(
+            "Normal",
+            "Pulled",
+            f'Successfully pulled image "{image}" in {took} ({took} including waiting).'
+            f" Image size: {size} bytes.",
+        )
         self._backoff.gc()
         return ref
+
+    async def _size(self, image: str) -> int:
+        """The pulled image's size, best effort (the kubelet's ``GetImageSize``)."""
+        try:
+            status = await self._images.image_status(image)
+        except CriError:
+            return 0
+        return int(status.image.size) if status.HasField("image") else 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
@@ -42,6 +42,7 @@ from nodeagent.kuberuntime.results import (
     CREATE_POD_SANDBOX_ERROR,
     RUN_CONTAINER_ERROR,
     ContainerFailure,
+    PodEvent,
     SyncResult,
     go_seconds,
 )
@@ -60,6 +61,17 @@ from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, format_pod, termination_grace_period
 
 MIN_GRACE_PERIOD: Final = 2  # minimumGracePeriodInSeconds
+# Event messages of 1.35+ (kubernetes/kubernetes#134043 took the container name out of the
+# message: the event's fieldPath names the container).
+CREATED_MESSAGE: Final = "Container created"
+STARTED_MESSAGE: Final = "Container started"
+SANDBOX_CHANGED_MESSAGE: Final = "Pod sandbox changed, it will be killed and re-created."
+
+
+def grpc_message(e: CriError) -> str:
+    """What the kubelet reports of a failed CreateContainer/StartContainer: the status's
+    message (``status.FromError(err).Message()``), without the ``rpc error: code = ...``."""
+    return e.details or str(e)
 
 
 class RuntimeManager:
@@ -82,7 +94,7 @@ class RuntimeManager:
         self._files: Files = files or PodFiles()
         self._backoff = backoff or Backoff(now=wall)
         image_backoff = Backoff(now=wall, initial=IMAGE_BACKOFF_INITIAL, cap=IMAGE_BACKOFF_MAX)
-        self._images = ImageManager(images=images, backoff=image_backoff)
+        self._images = ImageManager(images=images, backoff=image_backoff, monotonic=clock.monotonic)
         self._log = log or get_logger("kuberuntime")
 
     @property
@@ -129,9 +141,16 @@ class RuntimeManager:
     # --- syncing ------------------------------------------------------------------------
 
     async def sync_pod(
-        self, pod: Pod, state: PodRuntimeState, *, inputs: EnvInputs, host_dns: ResolvConf
+        self,
+        pod: Pod,
+        state: PodRuntimeState,
+        *,
+        inputs: EnvInputs,
+        host_dns: ResolvConf,
+        on_event: Callable[[PodEvent], None] | None = None,
     ) -> SyncResult:
-        result = SyncResult()
+        """Carry out the plan; ``on_event`` gets each event as it happens."""
+        result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(pod, state)
         self._log.v(4).info(
             "Computed pod actions",
@@ -141,6 +160,8 @@ class RuntimeManager:
             actions=str(actions),
         )
         grace = termination_grace_period(pod)
+        if actions.create_sandbox and actions.sandbox_id:
+            result.event("Normal", "SandboxChanged", SANDBOX_CHANGED_MESSAGE)
         if actions.kill_pod:
             await self.kill_pod(pod, state, grace=grace, result=result)
             if not actions.create_sandbox:
@@ -148,7 +169,8 @@ class RuntimeManager:
             await self._purge_init_containers(pod, state)
         else:
             for kill in actions.containers_to_kill:
-                result.event("Normal", "Killing", f"Stopping container {kill.name}")
+                message = kill.message or f"Stopping container {kill.name}"
+                result.event("Normal", "Killing", message, container=kill.name)
                 await self._stop_container(pod, kill.container_id, kill.name, grace)
 
         try:
@@ -227,6 +249,9 @@ class RuntimeManager:
         inputs: EnvInputs,
         result: SyncResult,
     ) -> None:
+        def failed(message: str) -> None:
+            result.event("Warning", "Failed", message, container=container.name)
+
         previous = state.find(container.name)
         if previous is not None and previous.state is ContainerState.EXITED:
             key = container_key(
@@ -249,6 +274,7 @@ class RuntimeManager:
                     "BackOff",
                     "Back-off restarting failed container "
                     f"{container.name} in pod {format_pod(pod)}",
+                    container=container.name,
                 )
                 result.retry_after(wait)
                 return
@@ -257,6 +283,7 @@ class RuntimeManager:
             image_ref = await self._images.ensure_image(pod, container, sandbox_config, result)
         except ImageFailure as e:
             result.failures[container.name] = e.failure
+            failed(f"Error: {e.failure.reason}")
             if e.retry_in is not None:
                 result.retry_after(e.retry_in)
             return
@@ -274,26 +301,27 @@ class RuntimeManager:
             result.failures[container.name] = ContainerFailure(
                 CREATE_CONTAINER_CONFIG_ERROR, str(e)
             )
-            result.event("Warning", "Failed", f"Error: {e}")
+            failed(f"Error: {e}")
             return
         log_dir = sandbox_config.log_directory
         try:
             await self._files.ensure_dir(f"{log_dir}/{container.name}")
             container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
         except (CriError, OSError) as e:
-            text = e.status_text if isinstance(e, CriError) else str(e)
+            text = grpc_message(e) if isinstance(e, CriError) else str(e)
             result.failures[container.name] = ContainerFailure(CREATE_CONTAINER_ERROR, text)
-            result.event("Warning", "Failed", f"Error: {text}")
+            failed(f"Error: {text}")
             return
-        result.event("Normal", "Created", f"Created container {container.name}")
+        result.event("Normal", "Created", CREATED_MESSAGE, container=container.name)
         try:
             await self._runtime.start_container(container_id)
         except CriError as e:
-            result.failures[container.name] = ContainerFailure(RUN_CONTAINER_ERROR, e.status_text)
-            result.event("Warning", "Failed", f"Error: {e.status_text}")
+            text = grpc_message(e)
+            result.failures[container.name] = ContainerFailure(RUN_CONTAINER_ERROR, text)
+            failed(f"Error: {text}")
             return
         result.started.append(container.name)
-        result.event("Normal", "Started", f"Started container {container.name}")
+        result.event("Normal", "Started", STARTED_MESSAGE, container=container.name)
         self._log.v(2).info(
             "Started container",
             pod_namespace=pod.namespace,
@@ -388,7 +416,8 @@ class RuntimeManager:
         ]
         if result is not None:
             for record in running:
-                result.event("Normal", "Killing", f"Stopping container {record.name}")
+                message = f"Stopping container {record.name}"
+                result.event("Normal", "Killing", message, container=record.name)
         async with asyncio.TaskGroup() as tg:
             for record in running:
                 tg.create_task(self._stop_container(pod, record.id, record.name, seconds))

@@ -1,5 +1,6 @@
-"""What one pod sync did: per-container start failures with the kubelet's reasons, and when the
-pod must be synced again (a back-off expires).
+"""What one pod sync did: per-container start failures with the kubelet's reasons, the events
+the kubelet would record (each about the pod or one of its containers), and when the pod must
+be synced again (a back-off expires).
 
 Reasons (``pkg/kubelet/container/sync_result.go`` and ``images/types.go``): ``CrashLoopBackOff``,
 ``ErrImagePull``, ``ImagePullBackOff``, ``ErrImageNeverPull``, ``InvalidImageName``,
@@ -9,6 +10,7 @@ sandbox ``CreatePodSandboxError`` / ``ConfigPodSandboxError``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -32,6 +34,17 @@ class ContainerFailure:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """An event the kubelet records about the pod, or about one of its containers."""
+
+    type: str
+    reason: str
+    message: str
+    container: str = ""
+    """The container it is about (the event's ``fieldPath``); "" for the pod itself."""
+
+
 @dataclass(slots=True)
 class SyncResult:
     failures: dict[str, ContainerFailure] = field(default_factory=dict)
@@ -40,14 +53,39 @@ class SyncResult:
     sandbox_error: ContainerFailure | None = None
     retry_in: float | None = None
     """Seconds until a back-off expires and the pod should be synced again."""
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-    """(type, reason, message) the kubelet would record as events on the pod."""
+    events: list[PodEvent] = field(default_factory=list)
+    """What the kubelet would record as events, in order."""
+    on_event: Callable[[PodEvent], None] | None = field(default=None, repr=False, compare=False)
+    """Called with each event as it happens (``Pulling`` before the pull, ``Killing`` before
+    the grace period), so it can be recorded at once."""
 
     def retry_after(self, seconds: float) -> None:
         self.retry_in = seconds if self.retry_in is None else min(self.retry_in, seconds)
 
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
+    def event(self, type_: str, reason: str, message: str, *, container: str = "") -> None:
+        event = PodEvent(type_, reason, message, container)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+
+def go_duration(seconds: float) -> str:
+    """A duration truncated to milliseconds, as Go prints ``d.Truncate(time.Millisecond)``:
+    ``0s``, ``523ms``, ``1.5s``, ``2m3.004s``, ``1h0m0s``."""
+    millis = max(0, int(seconds * 1000))
+    if millis == 0:
+        return "0s"
+    if millis < 1000:
+        return f"{millis}ms"
+    whole, frac = divmod(millis, 1000)
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    text = f"{secs}.{frac:03d}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{minutes}m{text}"
+    return text
 
 
 def go_seconds(seconds: float) -> str:

@@ -49,6 +49,8 @@ class NodeFacts:
     resolved_hostname: tuple[IPAddress, ...] = ()
     other_errors: tuple[str, ...] = ()
     """Further Ready=False causes (network plugin, shutdown in progress, ...)."""
+    images: tuple[setters.RuntimeImage, ...] | None = None
+    """The runtime's images; None when not listed yet (``status.images`` is left as it is)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,12 @@ def compute_node(
     ):
         events.append(rebooted)
     status["daemonEndpoints"] = setters.daemon_endpoints(s.kubelet_port)
+    if facts.images is not None:
+        listed = setters.images(facts.images, max_images=s.node_status_max_images)
+        if listed:
+            status["images"] = listed
+        else:
+            status.pop("images", None)
 
     conditions: list[Obj] = [dict(c) for c in status.get("conditions") or []]
     by_type = {c.get("type"): i for i, c in enumerate(conditions)}

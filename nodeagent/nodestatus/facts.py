@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nodeagent.clock import Clock
 from nodeagent.hostinfo import IPAddress, filesystem_capacity, read_host_info, read_host_network
 from nodeagent.log import Logger, get_logger
 from nodeagent.nodestatus.compute import NodeFacts
-from nodeagent.nodestatus.setters import Pressure, RuntimeStatus
+from nodeagent.nodestatus.setters import Pressure, RuntimeImage, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings
 
 LOOKUP_TIMEOUT = 2.0
@@ -33,6 +33,7 @@ class HostFacts:
         runtime_status: Callable[[], RuntimeStatus],
         pressure: Callable[[], Pressure] = Pressure,
         other_errors: Callable[[], tuple[str, ...]] = tuple,
+        images: Callable[[], Sequence[RuntimeImage] | None] = lambda: None,
         root: Path = Path("/"),
         log: Logger | None = None,
     ) -> None:
@@ -41,6 +42,7 @@ class HostFacts:
         self._runtime_status = runtime_status
         self._pressure = pressure
         self._other_errors = other_errors
+        self._images = images
         self._root = root
         self._log = log or get_logger("nodestatus")
         self._rootfs_error_logged = False
@@ -57,7 +59,12 @@ class HostFacts:
             pressure=self._pressure(),
             resolved_hostname=await self._lookup() if not self._s.node_ips else (),
             other_errors=self._other_errors(),
+            images=self._listed_images(),
         )
+
+    def _listed_images(self) -> tuple[RuntimeImage, ...] | None:
+        listed = self._images()
+        return None if listed is None else tuple(listed)
 
     async def _rootfs(self) -> int | None:
         try:

@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from nodeagent.apiserver import Obj
 from nodeagent.hostinfo import HostInfo, HostNetwork, IPAddress
@@ -224,6 +224,43 @@ def node_info(*, host: HostInfo, runtime_version: str, kubelet_version: str) -> 
 
 def daemon_endpoints(port: int) -> Obj:
     return {"kubeletEndpoint": {"Port": port}}
+
+
+# --- images ---------------------------------------------------------------------------------
+
+MAX_NAMES_PER_IMAGE: Final = 5  # MaxNamesPerImageInNodeStatus
+
+
+class RuntimeImage(Protocol):
+    """An image as the runtime lists it (a CRI ``Image`` has these fields)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def repo_tags(self) -> Sequence[str]: ...
+
+    @property
+    def repo_digests(self) -> Sequence[str]: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+def images(listed: Sequence[RuntimeImage], *, max_images: int) -> list[Obj]:
+    """``status.images``: largest first (equal sizes by id, descending, as ``ByImageSize``),
+    at most ``max_images`` (-1: all), each named by its repo digests then its repo tags, at
+    most 5 names."""
+    ordered = sorted(listed, key=lambda image: (image.size, image.id), reverse=True)
+    if max_images > -1:
+        ordered = ordered[:max_images]
+    return [
+        {
+            "names": [*image.repo_digests, *image.repo_tags][:MAX_NAMES_PER_IMAGE],
+            "sizeBytes": image.size,
+        }
+        for image in ordered
+    ]
 
 
 # --- conditions -----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class NodeSettings:
     status_report_frequency: float = 300.0
     lease_duration_seconds: int = 40
     max_pods: int = 110
+    node_status_max_images: int = 50
     kube_reserved: Mapping[str, Fraction] = field(default_factory=dict)
     system_reserved: Mapping[str, Fraction] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(
@@ -80,6 +81,7 @@ def settings_from_config(cfg: Config, *, hostname: str) -> NodeSettings:
         status_report_frequency=kubelet.node_status_report_frequency.nanoseconds / 1e9,
         lease_duration_seconds=kubelet.node_lease_duration_seconds,
         max_pods=kubelet.max_pods,
+        node_status_max_images=kubelet.node_status_max_images,
         kube_reserved=_reserved(kubelet.kube_reserved),
         system_reserved=_reserved(kubelet.system_reserved),
         eviction_hard=MappingProxyType(dict(kubelet.eviction_hard)),

@@ -4,7 +4,8 @@ It behaves like containerd where callers can tell: ids are 64 hex digits, sandbo
 (none with host networking), removal is idempotent, unknown ids raise ``CriNotFound``, a second
 container with the same name and attempt in a sandbox is refused, images must be present (or
 pullable from ``registry``) before a container uses them. Tests drive what containerd would do
-on its own with ``exit_container`` and script failures with ``inject_error``.
+on its own with ``exit_container`` (or ``lose_container``: state unknown) and script failures
+with ``inject_error``. A verbose ``Status`` names ``sandbox_image`` as containerd's config does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import copy
 import hashlib
 import itertools
+import json
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -174,6 +176,7 @@ class FakeRuntime(_FakeImages):
             runtime_api_version="v1",
         )
         self.runtime_ready = True
+        self.sandbox_image = "registry.k8s.io/pause:3.10"  # sandboxImage of a verbose Status
         self.network_ready = True
         self.closed = 0
         self.cgroup_driver = 1  # CGROUPFS; 0 is SYSTEMD
@@ -199,6 +202,10 @@ class FakeRuntime(_FakeImages):
         """The container's process ends on its own (or is OOM-killed: reason "OOMKilled")."""
         ctr = self._container(container_id, rpc="exit_container")
         self._finish(ctr, exit_code=exit_code, reason=reason, message=message)
+
+    def lose_container(self, container_id: str) -> None:
+        """The runtime no longer knows the container's state (CONTAINER_UNKNOWN)."""
+        self._container(container_id, rpc="lose_container").state = cri.CONTAINER_UNKNOWN
 
     @property
     def sandbox_ids(self) -> list[str]:
@@ -315,7 +322,10 @@ class FakeRuntime(_FakeImages):
             network.reason = "NetworkPluginNotReady"
             network.message = "Network plugin returns error: cni plugin not initialized"
         runtime = cri.RuntimeCondition(type="RuntimeReady", status=self.runtime_ready)
-        return cri.StatusResponse(status=cri.RuntimeStatus(conditions=[runtime, network]))
+        info = {"config": json.dumps({"sandboxImage": self.sandbox_image})} if verbose else {}
+        return cri.StatusResponse(
+            status=cri.RuntimeStatus(conditions=[runtime, network]), info=info
+        )
 
     async def runtime_config(self) -> cri.RuntimeConfigResponse:
         self._enter("RuntimeConfig")

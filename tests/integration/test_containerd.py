@@ -226,7 +226,14 @@ def test_cluster_ranges_are_unreachable_outside_the_bridge(containerd: RuntimeEn
         route = subprocess.run(
             ["ip", "route", "get", outside], capture_output=True, text=True, check=False
         )
-        assert route.returncode != 0
+        if route.returncode == 0:
+            # a running `make up` routes its service range to a dead-end device of its own
+            # (so the host's connections reach ClusterIPs): still nothing leaves the machine
+            words = route.stdout.split()
+            device = words[words.index("dev") + 1]
+            assert device.startswith(netsafety.OUR_DEVICE_PREFIX), route.stdout
+            assert "via" not in words, route.stdout
+            continue
         assert "No route to host" in route.stderr, route.stderr  # the unreachable route
 
 

@@ -1,0 +1,212 @@
+"""A static pod's status goes to its mirror pod, as the kubelet's status manager sends it.
+
+:class:`MirrorStatusApi` is the :class:`~nodeagent.apiserver.Api` the status manager writes
+through. A ``pods/<name>/status`` patch of a static pod (its UID came from the file source) is
+sent to the pod's mirror with the mirror's UID as precondition; while there is no mirror (the
+API server is unreachable, the Node is not registered yet, someone deleted the mirror) the
+newest status is held, and :meth:`deliver_pending` — called by the mirror manager whenever the
+API pods move — sends it once a mirror exists. Every other call passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nodeagent.apiserver import PODS, Api, Conflict, NotFound, ObjectList, PatchType, WatchEvent
+from nodeagent.apiserver.resources import Obj, Resource
+from nodeagent.staticpods.mirror import MirrorIndex
+
+
+class StaticPodRegistry(Protocol):
+    def has(self, uid: str) -> bool: ...
+
+    def issued(self, uid: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Held:
+    namespace: str
+    name: str
+    patch: dict[str, Any]
+    patch_type: PatchType
+    delivered_to: str | None = None
+
+
+def _patch_uid(patch: object) -> str | None:
+    if not isinstance(patch, dict):
+        return None
+    uid = (patch.get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
+
+
+class MirrorStatusApi:
+    def __init__(self, *, api: Api, statics: StaticPodRegistry, mirrors: MirrorIndex) -> None:
+        self._api = api
+        self._statics = statics
+        self._mirrors = mirrors
+        self._held: dict[str, _Held] = {}
+
+    def held(self, uid: str) -> dict[str, Any] | None:
+        """The newest status patch of static pod ``uid`` (sent or not)."""
+        entry = self._held.get(uid)
+        return entry.patch if entry is not None else None
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: object,
+        *,
+        patch_type: PatchType = PatchType.STRATEGIC,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        uid = _patch_uid(patch)
+        if (
+            res.plural != PODS.plural
+            or subresource != "status"
+            or uid is None
+            or not self._statics.issued(uid)
+        ):
+            return await self._api.patch(
+                res,
+                name,
+                patch,
+                patch_type=patch_type,
+                namespace=namespace,
+                subresource=subresource,
+                field_manager=field_manager,
+                request_timeout=request_timeout,
+            )
+        assert isinstance(patch, dict)
+        entry = _Held(namespace or "default", name, patch, patch_type)
+        self._held[uid] = entry
+        return await self._deliver(uid, entry)
+
+    async def deliver_pending(self) -> None:
+        """Send held statuses to mirrors that have not had them; forget pods that are gone.
+        Raises the ``ApiError`` of a failed patch (the caller retries)."""
+        for uid, entry in list(self._held.items()):
+            mirror = self._mirror_of(uid, entry)
+            if mirror is not None and mirror != entry.delivered_to:
+                await self._deliver(uid, entry)
+            elif not self._statics.has(uid):
+                del self._held[uid]
+
+    def _mirror_of(self, uid: str, entry: _Held) -> str | None:
+        return self._mirrors.mirror_uid(uid, namespace=entry.namespace, name=entry.name)
+
+    async def _deliver(self, uid: str, entry: _Held) -> Obj:
+        mirror = self._mirror_of(uid, entry)
+        if mirror is None:
+            return {}
+        body = {**entry.patch, "metadata": {**entry.patch.get("metadata", {}), "uid": mirror}}
+        try:
+            result = await self._api.patch(
+                PODS,
+                entry.name,
+                body,
+                patch_type=entry.patch_type,
+                namespace=entry.namespace,
+                subresource="status",
+            )
+        except (NotFound, Conflict):
+            return {}  # that mirror is gone; its successor gets the status when it appears
+        entry.delivered_to = mirror
+        return result
+
+    # --- everything else passes through ---------------------------------------------------
+
+    async def get(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        return await self._api.get(
+            res, name, namespace=namespace, subresource=subresource, request_timeout=request_timeout
+        )
+
+    async def create(
+        self,
+        res: Resource,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        return await self._api.create(
+            res, body, namespace=namespace, request_timeout=request_timeout
+        )
+
+    async def replace(
+        self,
+        res: Resource,
+        name: str,
+        body: Obj,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj:
+        return await self._api.replace(
+            res,
+            name,
+            body,
+            namespace=namespace,
+            subresource=subresource,
+            request_timeout=request_timeout,
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        await self._api.delete(res, name, namespace=namespace, request_timeout=request_timeout)
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        request_timeout: float | None = None,
+    ) -> ObjectList:
+        return await self._api.list(
+            res,
+            namespace=namespace,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            request_timeout=request_timeout,
+        )
+
+    def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncGenerator[WatchEvent, None]:
+        return self._api.watch(
+            res,
+            resource_version=resource_version,
+            namespace=namespace,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            timeout_seconds=timeout_seconds,
+        )

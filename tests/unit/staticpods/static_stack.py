@@ -1,0 +1,174 @@
+"""The pods stack with static pods, wired as ``nodeagent.pods`` wires it, over the fakes in
+virtual time: ``MemoryManifests`` for the manifest directory, ``FakeApiServer`` for the API
+(``None``: a standalone node) and ``FakeRuntime`` for containerd."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.apiserver import NODES, PODS, Api, WatchCache
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.labels import POD_UID
+from nodeagent.kuberuntime.manager import RuntimeManager
+from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.pleg import GenericPleg
+from nodeagent.podsync import ApiEnvSource, PodSync
+from nodeagent.podworkers import PodWorkers
+from nodeagent.staticpods import (
+    FileSource,
+    MirrorIndex,
+    MirrorPods,
+    MirrorStatusApi,
+    NoApiServer,
+    PodSources,
+)
+from nodeagent.status import StatusManager
+from nodeagent.status.manager import PlainDeleter
+from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable
+from nodeagent.testing.fake_apiserver import FakeApiServer, LoopClock
+from nodeagent.testing.fake_manifests import DIRECTORY, MemoryManifests
+from nodeagent.testing.fake_runtime import FakeRuntime
+from nodeagent.testing.pods import BUSYBOX, MemoryFiles
+
+NODE = "node-a"
+SETTINGS = PodRuntimeSettings(
+    node_name=NODE,
+    pod_logs_dir="/var/log/pods",
+    container_logs_dir="/var/log/containers",
+    memory_capacity=8 * 2**30,
+)
+
+
+def manifest(name: str = "web", command: str = "sleep 3600", grace: int = 5) -> str:
+    return (
+        "apiVersion: v1\nkind: Pod\n"
+        f"metadata: {{name: {name}, namespace: kube-system}}\n"
+        f"spec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n"
+        f"  - {{name: app, image: {BUSYBOX}, imagePullPolicy: IfNotPresent,"
+        f" command: [sh, -c, '{command}']}}\n"
+    )
+
+
+@dataclass
+class Stack:
+    server: FakeApiServer | None
+    runtime: FakeRuntime
+    manifests: MemoryManifests
+    source: FileSource
+    mirror_status: MirrorStatusApi
+    sync_loop: SyncLoop
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def api_pod(self, name: str, namespace: str = "kube-system") -> dict[str, Any] | None:
+        assert self.server is not None
+        return self.server.stored(PODS, name, namespace)
+
+    async def running(self, uid: str | None = None) -> list[cri.Container]:
+        """Running containers (of pod ``uid``)."""
+        return [
+            c
+            for c in await self.runtime.list_containers()
+            if c.state == cri.CONTAINER_RUNNING and (uid is None or c.labels.get(POD_UID) == uid)
+        ]
+
+
+async def until(check: Callable[[], Any], *, within: float = 60.0, every: float = 0.1) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(every)
+
+
+def make_runtime() -> FakeRuntime:
+    runtime = FakeRuntime(clock=LoopClock(), runtime_name="containerd")
+    runtime.add_image(BUSYBOX)
+    return runtime
+
+
+@contextlib.asynccontextmanager
+async def static_stack(
+    server: FakeApiServer | None, runtime: FakeRuntime, manifests: MemoryManifests
+) -> AsyncIterator[Stack]:
+    clock = LoopClock()
+    api: Api = server if server is not None else NoApiServer()
+    source = FileSource(path=DIRECTORY, node_name=NODE, clock=clock, reader=manifests)
+    pods_cache = node_cache = None
+    if server is not None:
+        pods_cache = WatchCache(api=server, resource=PODS, field_selector=f"spec.nodeName={NODE}")
+        node_cache = WatchCache(api=server, resource=NODES, field_selector=f"metadata.name={NODE}")
+
+    def get_node() -> dict[str, Any] | None:
+        return node_cache.get(NODE) if node_cache is not None else None
+
+    mirror_status = MirrorStatusApi(
+        api=api,
+        statics=source,
+        mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
+    )
+    status = StatusManager(api=mirror_status)
+
+    async def host_dns() -> ResolvConf:
+        return ResolvConf(servers=("192.0.2.53",))
+
+    manager = RuntimeManager(
+        runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=MemoryFiles()
+    )
+    podsync = PodSync(
+        runtime=manager,
+        status=status,
+        clock=clock,
+        env=ApiEnvSource(api=api, host_ips=lambda: (), allocatable=dict),
+        host_dns=host_dns,
+        host_ips=lambda: (),
+    )
+    workers = PodWorkers(syncer=podsync)
+    events = SyncEvents()
+    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
+    sync_loop = SyncLoop(
+        node_name=NODE,
+        events=events,
+        source=PodSources(source, *([pods_cache] if pods_cache is not None else [])),
+        workers=workers,
+        pleg=pleg,
+        podsync=podsync,
+        status=status,
+        clock=clock,
+        allocatable=lambda: node_allocatable(get_node()),
+    )
+    runners: list[Callable[[], Any]] = [source.run, sync_loop.run]
+    if server is not None and pods_cache is not None and node_cache is not None:
+        mirrors = MirrorPods(
+            api=server,
+            deleter=PlainDeleter(api=server),
+            node_name=NODE,
+            statics=source,
+            api_pods=pods_cache,
+            get_node=get_node,
+            terminating=workers.known,
+            deliver_statuses=mirror_status.deliver_pending,
+        )
+        runners = [pods_cache.run, node_cache.run, *runners, mirrors.run]
+    stack = Stack(server, runtime, manifests, source, mirror_status, sync_loop)
+    for runner in runners:
+        stack.tasks.append(asyncio.create_task(runner()))
+    try:
+        yield stack
+        for task in stack.tasks:
+            if task.done() and not task.cancelled() and task.exception():
+                raise AssertionError("a manager crashed") from task.exception()
+    finally:
+        for task in reversed(stack.tasks):
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
