@@ -28,9 +28,11 @@ from nodeagent.proxy.settings import TABLE, settings_from_config
 from nodeagent.proxy.tracking import ObjectStore
 
 RBAC_HINT = (
-    "the node's identity needs kube-proxy's permissions: kubectl create clusterrolebinding"
-    " nodeagent:node-proxier --clusterrole=system:node-proxier --group=system:nodes"
-    " (or set proxy.enabled: false)"
+    "the node's identity may not read Services and EndpointSlices: kubectl create clusterrole"
+    " nodeagent:service-proxy --verb=get,list,watch"
+    " --resource=services,endpointslices.discovery.k8s.io"
+    " && kubectl create clusterrolebinding nodeagent:service-proxy"
+    " --clusterrole=nodeagent:service-proxy --group=system:nodes (or set proxy.enabled: false)"
 )
 
 

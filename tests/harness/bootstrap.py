@@ -67,12 +67,29 @@ def _group_binding(name: str, *, group: str, cluster_role: str) -> dict[str, Any
     }
 
 
+SERVICE_PROXY_ROLE: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "nodeagent:service-proxy"},
+    "rules": [
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ],
+}
+
+
 def tls_bootstrap_rbac() -> dict[str, Any]:
     """The bindings kubeadm creates so that nodes can join and renew without a human:
 
     bootstrap tokens may create node-client CSRs, which are auto-approved, and nodes' own renewal
-    CSRs are auto-approved too. Plus one for nodeagent's service proxy: nodes get kube-proxy's
-    read access to Services and EndpointSlices (the ``system:node`` role has no EndpointSlices).
+    CSRs are auto-approved too. Plus one for nodeagent's service proxy: nodes may read
+    Services and EndpointSlices (``system:node`` has no EndpointSlices; kube-proxy's
+    ``system:node-proxier`` would also let a node read every other Node, which the Node
+    authorizer forbids on purpose).
     """
     items = [
         _group_binding(
@@ -90,8 +107,9 @@ def tls_bootstrap_rbac() -> dict[str, Any]:
             group="system:nodes",
             cluster_role="system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
         ),
+        SERVICE_PROXY_ROLE,
         _group_binding(
-            "nodeagent:node-proxier", group="system:nodes", cluster_role="system:node-proxier"
+            "nodeagent:service-proxy", group="system:nodes", cluster_role="nodeagent:service-proxy"
         ),
     ]
     return {"apiVersion": "v1", "kind": "List", "items": items}
