@@ -6,8 +6,7 @@ node's ``EventRecorder``) against the private containerd of the ``containerd`` f
 is the in-memory ``FakeApiServer`` on the real clock. Every pod cgroup lives under a per-node
 cgroup root that is removed at the end, with the pods' sandboxes.
 
-(The same helpers as ``test_pods``, with the event sink; ``test_pods`` can import them from
-here.)
+(``test_pods``, ``test_pod_failures`` and ``agentproc`` share these helpers.)
 """
 
 from __future__ import annotations
@@ -60,6 +59,11 @@ class Node:
         async with CriClient.open(self.endpoint) as client:
             flt = cri.ContainerFilter(label_selector={POD_UID: uid})
             return await client.list_containers(flt)
+
+    async def runtime_sandboxes(self, uid: str) -> list[cri.PodSandbox]:
+        async with CriClient.open(self.endpoint) as client:
+            flt = cri.PodSandboxFilter(label_selector={POD_UID: uid})
+            return await client.list_pod_sandbox(flt)
 
 
 async def until(
