@@ -9,9 +9,11 @@ keys and values are tuples of strings, one per concatenated part (``("10.96.0.10
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Family = Literal["ip", "ip6", "inet"]
 FAMILIES: tuple[Family, ...] = ("ip", "ip6", "inet")
@@ -90,9 +92,11 @@ class Map:
     kind = "map"
 
 
-@dataclass(frozen=True, slots=True)
-class Element:
-    """An element of the set ``set`` or the map ``map`` (exactly one of them)."""
+class Element(NamedTuple):
+    """An element of the set ``set`` or the map ``map`` (exactly one of them).
+
+    A named tuple rather than a frozen dataclass like the other objects: a full sync of
+    10,000 services makes 120,000 of them, and a tuple is made in a third of the time."""
 
     key: tuple[str, ...]
     value: tuple[str, ...] = ()
@@ -100,7 +104,9 @@ class Element:
     map: str | None = None
     comment: str | None = None
 
-    kind = "element"
+    @property
+    def kind(self) -> str:
+        return "element"
 
     @property
     def container(self) -> str:
@@ -186,28 +192,59 @@ def _element_problem(el: Element) -> str | None:
 
 
 def elements_problem(elements: list[Element], *, with_values: bool) -> str | None:
-    """The first problem of many elements, checked in bulk: the same rules as :func:`problem`
-    (plus "a map element needs a value" when adding), with one regex over all of their parts."""
-    keys: list[str] = []
-    values: list[str] = []
+    """The first problem of many elements: the same rules as :func:`problem` (plus "a map
+    element needs a value" when adding), checked with a few passes over all of them (a full
+    sync adds 120,000); only when something is wrong are they looked at one by one."""
+    if _elements_ok(elements, with_values=with_values):
+        return None
     for el in elements:
         if with_values and el.map is not None and not el.value:
             return f"element of map {el.map} needs a value"
-        if (el.set is None) == (el.map is None) or el.comment is not None:
-            why = problem(el)
-            if why:
-                return why
-        if el.set is not None and el.value:
-            return f"element of set {el.set}: a set element has no value"
-        keys.extend(el.key)
-        values.extend(el.value)
-    if (
-        "" in keys
-        or "" in values
-        or any(not e.key for e in elements)
-        or _FORBIDDEN_IN_PART.search("\x00".join(keys))
-        or _FORBIDDEN_IN_VALUE.search("\x00".join(values))
-        or any(_name_problem("set or map", n) for n in {e.container for e in elements})
-    ):
-        return next(filter(None, (problem(e) for e in elements)), "invalid element")
-    return None
+        why = problem(el)
+        if why:
+            return why
+    return "invalid element"  # pragma: no cover - _elements_ok and problem() agree
+
+
+def _elements_ok(elements: list[Element], *, with_values: bool) -> bool:
+    """Whether none of the elements has a problem, found with a few passes over all of them."""
+    containers = set(map(_CONTAINER, elements))
+    for set_, map_ in containers:
+        if (set_ is None) == (map_ is None) or _name_problem("set or map", set_ or map_ or ""):
+            return False
+    keys = list(map(_KEY, elements))
+    values = list(map(_VALUE, elements))
+    if any(map_ is None for _, map_ in containers):  # set elements among them: no values
+        has_value = list(map(bool, values))
+        is_map = [m is not None for m in map(_MAP, elements)]
+        if has_value != is_map if with_values else any(map(operator.gt, has_value, is_map)):
+            return False
+    elif with_values and not all(values):
+        return False  # a map element without a value
+    comments = list(filter(None, map(_COMMENT, elements)))
+    if comments:
+        text = "\x00".join(comments)
+        long = max(map(len, comments)) > COMMENT_MAX or not text.isascii()
+        if '"' in text or "\n" in text or (long and _any_too_long(comments)):
+            return False
+    return (
+        all(keys) and _parts_ok(keys, _FORBIDDEN_IN_PART) and _parts_ok(values, _FORBIDDEN_IN_VALUE)
+    )
+
+
+def _any_too_long(comments: list[str]) -> bool:
+    return any(len(c.encode()) > COMMENT_MAX for c in comments)
+
+
+def _parts_ok(tuples: list[tuple[str, ...]], forbidden: re.Pattern[str]) -> bool:
+    """No empty part and no forbidden character in any part (each distinct part looked at
+    once: addresses, protocols and ports repeat across elements)."""
+    parts = set(itertools.chain.from_iterable(tuples))
+    return "" not in parts and not forbidden.search("\x00".join(parts))
+
+
+_CONTAINER = operator.attrgetter("set", "map")
+_KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
+_MAP = operator.attrgetter("map")
+_COMMENT = operator.attrgetter("comment")

@@ -6,12 +6,18 @@ script (``str(tx)``) is plain nft text, one command per line, with runs of eleme
 on the same set coalesced into one ``{ ... }`` (nft parses that much faster than one line per
 element). ``destroy`` is rendered as ``add`` + ``delete`` (nft 1.0.6 has no ``destroy``), so it
 is offered for tables and chains only.
+
+Elements added in bulk (:meth:`Transaction.add_elements`, 120,000 of them in a big full sync)
+are kept as one run, checked and rendered with a few passes over the whole run; the per-element
+:attr:`Transaction.operations` view is built only when someone asks for it (the fake, tests).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from typing import NamedTuple
 
 from nodeagent.nft.errors import InvalidTransaction
@@ -52,20 +58,43 @@ _ALLOWED: dict[Verb, tuple[type, ...]] = {
 }
 
 
-class Operation(NamedTuple):  # a tuple: a full sync makes 120,000 of them
+class Operation(NamedTuple):
     verb: Verb
     obj: Object
+
+
+class _Run(NamedTuple):
+    """Element operations added in bulk: one verb, many elements."""
+
+    verb: Verb
+    elements: list[Element]
 
 
 class Transaction:
     def __init__(self, *, family: Family, table: str) -> None:
         self.family: Family = family
         self.table = table
-        self.operations: list[Operation] = []
         self.err: InvalidTransaction | None = None
+        self._items: list[Operation | _Run] = []
+        self._count = 0
+        self._operations: list[Operation] | None = None
+        self._script: str | None = None
 
     def __len__(self) -> int:
-        return len(self.operations)
+        return self._count
+
+    @property
+    def operations(self) -> list[Operation]:
+        """Every operation in order, one per object (elements of a bulk add one each)."""
+        if self._operations is None:
+            ops: list[Operation] = []
+            for item in self._items:
+                if isinstance(item, _Run):
+                    ops += [Operation(item.verb, el) for el in item.elements]
+                else:
+                    ops.append(item)
+            self._operations = ops
+        return self._operations
 
     def add(self, obj: Object) -> None:
         """Create if absent (rules are appended; elements must not change value)."""
@@ -101,25 +130,35 @@ class Transaction:
         self._elements(Verb.DELETE, elements)
 
     def _elements(self, verb: Verb, elements: Iterable[Element]) -> None:
-        batch = [Operation(verb, e) for e in elements]
+        batch = list(elements)
+        if not batch:
+            return
         if self.err is None:
-            why = elements_problem([op.obj for op in batch], with_values=verb is Verb.ADD)  # type: ignore[misc]
+            why = elements_problem(batch, with_values=verb is Verb.ADD)
             if why:
                 self.err = InvalidTransaction(f"{verb.value} element: {why}")
-        self.operations.extend(batch)
+        self._items.append(_Run(verb, batch))
+        self._count += len(batch)
+        self._operations = self._script = None
 
     def _op(self, verb: Verb, obj: Object) -> None:
         if self.err is None:
             why = _verb_problem(verb, obj) or problem(obj)
             if why:
                 self.err = InvalidTransaction(f"{verb.value} {obj.kind}: {why}")
-        self.operations.append(Operation(verb, obj))
+        self._items.append(Operation(verb, obj))
+        self._count += 1
+        self._operations = self._script = None
 
     def __str__(self) -> str:
-        lines = list(render(self))
-        if self.err is not None:
-            lines.append(f"# error: {self.err}")
-        return "".join(line + "\n" for line in lines)
+        """The script, rendered once until the transaction changes (so it can be rendered
+        ahead of the run, while nft is busy with the transaction before)."""
+        if self._script is None:
+            lines = list(render(self))
+            if self.err is not None:
+                lines.append(f"# error: {self.err}")
+            self._script = "".join(line + "\n" for line in lines)
+        return self._script
 
 
 def _verb_problem(verb: Verb, obj: Object) -> str | None:
@@ -143,27 +182,48 @@ def _verb_problem(verb: Verb, obj: Object) -> str | None:
 def render(tx: Transaction) -> Iterator[str]:
     """The nft script lines of ``tx``."""
     where = f"{tx.family} {tx.table}"
-    ops = tx.operations
-    i = 0
-    while i < len(ops):
-        op = ops[i]
-        if isinstance(op.obj, Element):
-            j = i + 1
-            while (
-                j < len(ops)
-                and j - i < ELEMENTS_PER_LINE
-                and ops[j].verb is op.verb
-                and isinstance(ops[j].obj, Element)
-                and ops[j].obj.container == op.obj.container  # type: ignore[union-attr]
-            ):
-                j += 1
-            batch = [o.obj for o in ops[i:j] if isinstance(o.obj, Element)]
-            body = ", ".join(_element(e, with_value=op.verb is not Verb.DELETE) for e in batch)
-            yield f"{op.verb.value} element {where} {op.obj.container} {{ {body} }}"
-            i = j
+    pending: list[Element] = []
+    verb, container = Verb.ADD, ""
+    for item in tx._items:
+        if isinstance(item, _Run):
+            batch, item_verb = item.elements, item.verb
+        elif isinstance(item.obj, Element):
+            batch, item_verb = [item.obj], item.verb
+        else:
+            yield from _element_lines(verb, where, container, pending)
+            pending = []
+            yield from _line(item, where)
             continue
-        yield from _line(op, where)
-        i += 1
+        for (set_, map_), group in itertools.groupby(batch, key=_CONTAINER):
+            name = set_ or map_ or ""
+            if (item_verb, name) != (verb, container):
+                yield from _element_lines(verb, where, container, pending)
+                pending, verb, container = [], item_verb, name
+            pending.extend(group)
+    yield from _element_lines(verb, where, container, pending)
+
+
+_CONTAINER = attrgetter("set", "map")
+_KEY = attrgetter("key")
+
+
+def _element_lines(verb: Verb, where: str, container: str, els: list[Element]) -> Iterator[str]:
+    """One command per ELEMENTS_PER_LINE elements of one set or map."""
+    head = f"{verb.value} element {where} {container} {{ "
+    with_value = verb is not Verb.DELETE
+    for i in range(0, len(els), ELEMENTS_PER_LINE):
+        yield head + _body(els[i : i + ELEMENTS_PER_LINE], with_value=with_value) + " }"
+
+
+def _body(els: list[Element], *, with_value: bool) -> str:
+    keys = map(" . ".join, map(_KEY, els))
+    if not with_value:
+        return ", ".join(keys)
+    texts = []
+    for key, el in zip(keys, els, strict=True):
+        text = f'{key} comment "{el.comment}"' if el.comment else key
+        texts.append(f"{text} : {' . '.join(el.value)}" if el.value else text)
+    return ", ".join(texts)
 
 
 def _line(op: Operation, where: str) -> Iterator[str]:
@@ -230,12 +290,3 @@ def _set_spec(obj: Set | Map) -> str:
     if obj.comment:
         parts.append(f'comment "{obj.comment}" ;')
     return f"{{ {' '.join(parts)} }}"
-
-
-def _element(el: Element, *, with_value: bool) -> str:
-    text = " . ".join(el.key)
-    if el.comment and with_value:
-        text += f' comment "{el.comment}"'
-    if with_value and el.value:
-        text += " : " + " . ".join(el.value)
-    return text

@@ -87,7 +87,7 @@ def service_ports(obj: Obj) -> list[ServicePort]:
 
 
 def endpoints_by_port(slices: Iterable[Obj]) -> dict[PortKey, tuple[Endpoint, ...]]:
-    """The endpoints of one Service per (port name, protocol), merged over its slices.
+    """The endpoints of one Service per (port name, protocol), merged over its slices, sorted.
 
     The same address:port in two slices (a slice being replaced) counts once, ready first.
     """
@@ -95,33 +95,45 @@ def endpoints_by_port(slices: Iterable[Obj]) -> dict[PortKey, tuple[Endpoint, ..
     for obj in slices:
         if obj.get("addressType") not in ("IPv4", "IPv6"):
             continue
-        for port in obj.get("ports") or []:
-            protocol = _protocol(port.get("protocol"))
-            number = port.get("port")
-            if protocol is None or not number:
-                continue
-            into = merged.setdefault((str(port.get("name") or ""), protocol), {})
-            for ep in _endpoints(obj, int(number)):
-                have = into.get(ep.target)
-                if have is None or (ep.ready and not have.ready):
-                    into[ep.target] = ep
-    return {key: tuple(sorted(eps.values())) for key, eps in merged.items()}
+        ports = _ports(obj)
+        found = _endpoints(obj) if ports else []
+        for name, protocol, number in ports:
+            into = merged.get((name, protocol))
+            if into is None:
+                into = merged[(name, protocol)] = {}
+            for ip, node, ready, serving, terminating in found:
+                target = (ip, number)
+                have = into.get(target)
+                if have is None or (ready and not have.ready):
+                    into[target] = Endpoint(ip, number, node, ready, serving, terminating)
+    # sorted by (ip, port), which is unique per port: the same order as sorting the endpoints
+    return {key: tuple(map(eps.__getitem__, sorted(eps))) for key, eps in merged.items()}
 
 
-def _endpoints(obj: Obj, port: int) -> Iterable[Endpoint]:
+def _ports(obj: Obj) -> list[tuple[str, Protocol, int]]:
+    """(name, protocol, number) of each usable port of a slice."""
+    ports = []
+    for port in obj.get("ports") or []:
+        protocol = _protocol(port.get("protocol"))
+        number = port.get("port")
+        if protocol is not None and number:
+            ports.append((str(port.get("name") or ""), protocol, int(number)))
+    return ports
+
+
+def _endpoints(obj: Obj) -> list[tuple[str, str, bool, bool, bool]]:
+    """(address, node name, ready, serving, terminating) of each address of a slice."""
+    found = []
     for ep in obj.get("endpoints") or []:
         cond = ep.get("conditions") or {}
         ready = cond.get("ready") is not False
         serving = cond.get("serving")
-        for address in ep.get("addresses") or []:
-            yield Endpoint(
-                ip=str(address),
-                port=port,
-                node_name=str(ep.get("nodeName") or ""),
-                ready=ready,
-                serving=ready if serving is None else bool(serving),
-                terminating=cond.get("terminating") is True,
-            )
+        serving = ready if serving is None else bool(serving)
+        terminating = cond.get("terminating") is True
+        node = str(ep.get("nodeName") or "")
+        for address in ep.get("addresses") or ():
+            found.append((str(address), node, ready, serving, terminating))
+    return found
 
 
 def _protocol(value: object) -> Protocol | None:

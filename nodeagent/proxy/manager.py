@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from nodeagent.clock import Clock
 from nodeagent.log import Logger, get_logger
@@ -22,7 +22,9 @@ from nodeagent.nft.interface import NFTablesInterface
 from nodeagent.nft.objects import Family
 from nodeagent.proxy.api import endpoints_by_port, service_ports
 from nodeagent.proxy.conntrack import Conntrack
-from nodeagent.proxy.family import Applied, Desired, FamilyTable, paused_gc
+from nodeagent.proxy.family import Applied, FamilyTable
+from nodeagent.proxy.fullbuild import Desired
+from nodeagent.proxy.gcpause import paused_gc
 from nodeagent.proxy.metrics import ProxyMetrics
 from nodeagent.proxy.model import ServiceName, ServicePortName
 from nodeagent.proxy.policy import select
@@ -109,7 +111,8 @@ class ProxyManager:
         """One sync now: full when asked, when due or after a failure, else partial.
         Returns whether every family's transaction applied."""
         loop = asyncio.get_running_loop()
-        self._poll()
+        with paused_gc():
+            self._poll()
         full = full or self._need_full or loop.time() >= self._next_full
         if not full and not self._pending:
             return True
@@ -143,22 +146,28 @@ class ProxyManager:
             return {}
         eps = endpoints_by_port(self._tracker.slices(name))
         node = self._settings.node_name
-        return {
-            p.name: (p, select(eps.get((p.name.port, p.protocol), ()), node_name=node))
-            for p in service_ports(obj)
-        }
+        wanted = {}
+        for p in service_ports(obj):
+            wanted[p.name] = (p, select(eps.get((p.name.port, p.protocol), ()), node_name=node))
+        return wanted
 
     async def _full(self) -> list[Applied]:
-        desired: dict[ServicePortName, Desired] = {}
         self._ports = {}
-        with paused_gc():
-            for name in self._tracker.names():
-                wanted = self._desired(name)
-                if wanted:
-                    self._ports[name] = set(wanted)
-                desired.update(wanted)
         self._pending.clear()
+        desired: Iterable[tuple[ServicePortName, Desired]] = self._every_port()
+        if len(self._tables) > 1:  # every family's table reads them
+            with paused_gc():
+                desired = list(desired)
         return [await table.full(desired) for table in self._tables.values()]
+
+    def _every_port(self) -> Iterator[tuple[ServicePortName, Desired]]:
+        """Every service port in name order, decoded as it is asked for (so decoding overlaps
+        nft loading a table in steps)."""
+        for name in self._tracker.names():
+            wanted = self._desired(name)
+            if wanted:
+                self._ports[name] = set(wanted)
+            yield from sorted(wanted.items())
 
     async def _partial(self) -> list[Applied]:
         updates: dict[ServicePortName, Desired | None] = {}

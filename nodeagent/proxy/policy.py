@@ -13,6 +13,7 @@ slots move into the remaining holes so slots stay ``0..n-1``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
 from nodeagent.proxy.model import Endpoint, Selection
 
@@ -26,9 +27,15 @@ def select(endpoints: Iterable[Endpoint], *, node_name: str) -> Selection:
 
 
 def assign_slots(previous: Sequence[Endpoint], current: Iterable[Endpoint]) -> tuple[Endpoint, ...]:
-    wanted = {ep.target: ep for ep in current}
+    current = tuple(current)
+    if not current and not previous:
+        return ()
+    # keyed and sorted by target, which is unique: the same order as the endpoints themselves
+    wanted = dict(zip(map(_TARGET, current), current, strict=True))
+    if not previous:  # a new service port: slots in endpoint order
+        return tuple(map(wanted.__getitem__, sorted(wanted)))
     slots: list[Endpoint | None] = [wanted.pop(ep.target, None) for ep in previous]
-    newcomers = sorted(wanted.values(), reverse=True)
+    newcomers = list(map(wanted.__getitem__, sorted(wanted, reverse=True)))
     for i, slot in enumerate(slots):
         if slot is None and newcomers:
             slots[i] = newcomers.pop()
@@ -40,3 +47,6 @@ def assign_slots(previous: Sequence[Endpoint], current: Iterable[Endpoint]) -> t
             break
         slots[hole] = slots.pop()
     return tuple(s for s in slots if s is not None)
+
+
+_TARGET = itemgetter(0, 1)  # an Endpoint's (ip, port), as Endpoint.target

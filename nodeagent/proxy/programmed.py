@@ -11,14 +11,18 @@ which is what a partial sync sends (kube-proxy keeps the same kind of copy, its
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
 from dataclasses import dataclass, field
 
 from nodeagent.nft.objects import Element
 from nodeagent.proxy.contribution import Contribution
 from nodeagent.proxy.model import ServicePortName
 
-Slot = tuple[str, tuple[str, ...]]  # (set or map, key)
+Key = tuple[str, ...]
+Slot = tuple[str, Key]  # (set or map, key)
+Mark = dict[str, int]  # elements per set or map
+Owner = ServicePortName | dict[ServicePortName, Element]
+"""Who wants an element: its one owner (nearly always), or each owner's element."""
 
 
 @dataclass(slots=True)
@@ -35,13 +39,23 @@ class ElementDiff:
 
 
 class Programmed:
+    """Per set or map: the element each key has (``_winners``) and who wants it (``_owners``).
+
+    Both are plain dicts keyed alike. A full sync records the service ports in name order with
+    :meth:`add`, which keeps only the winners (the first, smallest, owner of a key wins), so the
+    transaction can be built from them at once; :meth:`index` records the owners afterwards,
+    while nft loads the transaction, and :meth:`replace` (partial syncs) needs them."""
+
     def __init__(self) -> None:
-        self._owners: dict[Slot, dict[ServicePortName, Element]] = {}
+        self._winners: dict[str, dict[Key, Element]] = {}
+        self._owners: dict[str, dict[Key, Owner]] = {}
         self._contribs: dict[ServicePortName, Contribution] = {}
+        self._unindexed: list[ServicePortName] = []
+        self._last: ServicePortName | None = None
 
     def __len__(self) -> int:
         """Number of elements in the table."""
-        return len(self._owners)
+        return sum(map(len, self._winners.values()))
 
     def get(self, name: ServicePortName) -> Contribution | None:
         return self._contribs.get(name)
@@ -56,37 +70,61 @@ class Programmed:
             wanted |= c.chains
         return wanted
 
-    def elements(self) -> Iterator[Element]:
-        for owners in self._owners.values():
-            yield _winner(owners)
+    def by_container(self, since: Mark | None = None) -> list[tuple[str, list[Element]]]:
+        """The elements of each set and map, sets and maps sorted by name (``since``: only
+        those :meth:`add` recorded after :meth:`mark` returned it)."""
+        return [
+            (name, list(itertools.islice(els.values(), (since or {}).get(name, 0), None)))
+            for name, els in sorted(self._winners.items())
+        ]
+
+    def mark(self) -> Mark:
+        """Where :meth:`add` is now: new elements are recorded after the ones already there."""
+        return {name: len(els) for name, els in self._winners.items()}
 
     def add(self, name: ServicePortName, new: Contribution) -> None:
-        """Record a service port that is not there yet, without computing a diff (full syncs)."""
-        assert name not in self._contribs, name
+        """Record a service port that is not there yet, without computing a diff (full syncs);
+        names must come in increasing order."""
+        assert self._last is None or self._last < name, name
         self._contribs[name] = new
-        owners = self._owners
-        for el in new.elements:
-            slot = (el.container, el.key)
-            if slot in owners:
-                owners[slot][name] = el
-            else:
-                owners[slot] = {name: el}
+        self._unindexed.append(name)
+        self._last = name
+        for container, els in new.groups.items():
+            winners = self._winners.get(container)
+            if winners is None:
+                self._winners[container] = dict(els)
+            elif winners.keys().isdisjoint(els):  # no one else wants these (the usual case)
+                winners.update(els)
+            else:  # an earlier (smaller) owner keeps its element
+                winners.update({k: el for k, el in els.items() if k not in winners})
+
+    def index(self) -> None:
+        """Record who wants each element of the service ports added since the last call."""
+        for name in self._unindexed:
+            for container, els in self._contribs[name].groups.items():
+                owners = self._owners.get(container)
+                if owners is None:
+                    self._owners[container] = dict.fromkeys(els, name)
+                elif owners.keys().isdisjoint(els):
+                    owners.update(dict.fromkeys(els, name))
+                else:
+                    for el in els.values():
+                        self._share(name, container, el)
+        self._unindexed.clear()
 
     def replace(self, name: ServicePortName, new: Contribution | None) -> ElementDiff:
+        self.index()
         old = self._contribs.pop(name, None)
-        slots = {(e.container, e.key) for e in (old.elements if old else ())}
-        slots |= {(e.container, e.key) for e in (new.elements if new else ())}
+        slots = {(c, e.key) for c, e in old.elements()} if old else set()
+        slots |= {(c, e.key) for c, e in new.elements()} if new else set()
         before = {s: self._effective(s) for s in slots}
         if old is not None:
-            for el in old.elements:
-                owners = self._owners[(el.container, el.key)]
-                owners.pop(name, None)
-                if not owners:
-                    del self._owners[(el.container, el.key)]
+            for container, el in old.elements():
+                self._disown(name, container, el.key)
         if new is not None:
             self._contribs[name] = new
-            for el in new.elements:
-                self._owners.setdefault((el.container, el.key), {})[name] = el
+            for container, el in new.elements():
+                self._own(name, container, el)
         diff = ElementDiff()
         for slot in slots:
             was, now = before[slot], self._effective(slot)
@@ -98,9 +136,48 @@ class Programmed:
                 diff.added.append(now)
         return diff
 
+    def _own(self, name: ServicePortName, container: str, el: Element) -> None:
+        winners = self._winners.setdefault(container, {})
+        owners = self._owners.setdefault(container, {})
+        have = owners.get(el.key)
+        if have is None or have == name:
+            owners[el.key] = name
+            winners[el.key] = el
+        else:
+            self._share(name, container, el)
+
+    def _share(self, name: ServicePortName, container: str, el: Element) -> None:
+        """``name`` wants ``el`` too (or alone, if no one has its key yet)."""
+        owners, winners = self._owners.setdefault(container, {}), self._winners[container]
+        have = owners.get(el.key)
+        if have is None:
+            owners[el.key] = name
+            return
+        if not isinstance(have, dict):
+            have = owners[el.key] = {have: winners[el.key]}
+        have[name] = el
+        winners[el.key] = _winner(have)
+
+    def _disown(self, name: ServicePortName, container: str, key: Key) -> None:
+        owners = self._owners.get(container, {})
+        have = owners.get(key)
+        if isinstance(have, dict):
+            have.pop(name, None)
+            if len(have) == 1:
+                ((only, el),) = have.items()
+                owners[key] = only
+                self._winners[container][key] = el
+            else:
+                self._winners[container][key] = _winner(have)
+        elif have is not None and have == name:
+            del owners[key]
+            del self._winners[container][key]
+            if not owners:
+                del self._owners[container]
+                del self._winners[container]
+
     def _effective(self, slot: Slot) -> Element | None:
-        owners = self._owners.get(slot)
-        return _winner(owners) if owners else None
+        return self._winners.get(slot[0], {}).get(slot[1])
 
 
 def _winner(owners: dict[ServicePortName, Element]) -> Element:

@@ -12,6 +12,11 @@ window.
 
 A partial sync adds the shape chains that are new since the last sync and sends the element
 diff: deletes first (a changed value is a delete and an add), batched per map.
+
+A table that holds nothing yet (a node's first sync after boot) is loaded in steps: the first
+is a full sync of the first service ports, each next one (:func:`more_elements`) adds the
+chains and elements of the next service ports. There is no rule to keep working meanwhile, so
+the steps need not be one transaction, and building one step overlaps nft loading the last.
 """
 
 from __future__ import annotations
@@ -62,19 +67,38 @@ def full_sync(
         for rule in rules:
             tx.add(Rule(chain=chain.name, rule=rule))
     tx.add_elements(layout.static_elements())
-    tx.add_elements(_grouped(programmed.elements()))
+    for _, elements in programmed.by_container():
+        tx.add_elements(elements)
 
 
 def partial_sync(
     tx: Transaction, *, layout: Layout, diff: ElementDiff, new_chains: Iterable[str]
 ) -> None:
-    for chain, rules in _dynamic(layout, sorted(new_chains)):
+    _add_chains(tx, layout, new_chains)
+    tx.delete_elements(_grouped(diff.deleted))
+    tx.add_elements(_grouped(diff.added))
+
+
+def more_elements(
+    tx: Transaction,
+    *,
+    layout: Layout,
+    new_chains: Iterable[str],
+    elements: Iterable[tuple[str, list[Element]]],
+) -> None:
+    """The next step of a table loaded in steps: the shape chains its elements are the first
+    to use, then the elements (grouped by set or map)."""
+    _add_chains(tx, layout, new_chains)
+    for _, group in elements:
+        tx.add_elements(group)
+
+
+def _add_chains(tx: Transaction, layout: Layout, names: Iterable[str]) -> None:
+    for chain, rules in _dynamic(layout, sorted(names)):
         tx.add(chain)
         tx.flush(chain)
         for rule in rules:
             tx.add(Rule(chain=chain.name, rule=rule))
-    tx.delete_elements(_grouped(diff.deleted))
-    tx.add_elements(_grouped(diff.added))
 
 
 def _dynamic(layout: Layout, names: Iterable[str]) -> list[tuple[Chain, list[str]]]:

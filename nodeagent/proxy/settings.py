@@ -30,6 +30,9 @@ class ProxySettings:
     """Longest time between full syncs; also the retry delay after a failed sync."""
     min_sync_period: float = 1.0
     """Shortest time between syncs: changes inside it are applied together."""
+    first_load_step: int = 250
+    """Service ports in the first transaction when a first sync loads a table that holds
+    nothing (each next transaction takes twice as many as the one before)."""
 
     @property
     def mark(self) -> int:

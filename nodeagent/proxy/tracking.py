@@ -38,6 +38,8 @@ class ObjectStore(Protocol):
 
 @dataclass(slots=True)
 class Changes:
+    seen_at: dt.datetime
+    """When the poll saw the changes (the trigger time of changes without an annotation)."""
     services: set[ServiceName] = field(default_factory=set)
     triggers: dict[ServiceName, dt.datetime] = field(default_factory=dict)
 
@@ -64,7 +66,7 @@ class ServiceTracker:
         return list(self._slices.get(name, {}).values())
 
     def poll(self, services: list[Obj], slices: list[Obj]) -> Changes:
-        changes = Changes()
+        changes = Changes(seen_at=self._now())
         self._poll_services(services, changes)
         self._poll_slices(slices, changes)
         return changes
@@ -119,7 +121,7 @@ class ServiceTracker:
         self._trigger(changes, service, meta)
 
     def _trigger(self, changes: Changes, service: ServiceName, meta: dict[str, Any]) -> None:
-        when = _parse_time((meta.get("annotations") or {}).get(TRIGGER_TIME)) or self._now()
+        when = _parse_time((meta.get("annotations") or {}).get(TRIGGER_TIME)) or changes.seen_at
         if service not in changes.triggers or when < changes.triggers[service]:
             changes.triggers[service] = when
 
