@@ -96,7 +96,11 @@ class ProxyConfiguration(Section, frozen=True):
         ),
     ] = ()
     sync_period: Annotated[
-        Duration, doc("Max period between full syncs; also the retry delay after a failure.")
+        Duration,
+        doc(
+            "Retry delay after a failed sync (then a full one). Full resyncs run hourly, as "
+            "kube-proxy's; changes are applied as they come."
+        ),
     ] = dur("30s")
     min_sync_period: Annotated[
         Duration, doc("Min period between syncs; changes inside it are coalesced.")

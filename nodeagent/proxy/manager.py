@@ -1,7 +1,9 @@
 """The service proxy manager: Services and EndpointSlices in, nftables rules out.
 
 ``run()`` waits for both watch caches to be synced, then loops: a full sync first (and after
-any failure, and every ``sync_period``), partial syncs for the Services that changed. Syncs are
+any failure, and every ``full_sync_period``, an hour as kube-proxy's: a periodic resync of a
+large table must not hold changes back for seconds), partial syncs for the Services that
+changed. Syncs are
 at least ``min_sync_period`` apart, start to start: a change after a quiet spell is applied at
 once, changes arriving in a burst are applied together (kube-proxy's bounded-frequency runner
 with a burst of one). A failed transaction changes nothing in the kernel; the next sync is a full
@@ -130,7 +132,7 @@ class ProxyManager:
         self._after_success(full=full, duration=duration, applied=applied)
         if full:
             self._need_full = False
-            self._next_full = loop.time() + self._settings.sync_period
+            self._next_full = loop.time() + self._settings.full_sync_period
         return True
 
     def _poll(self) -> None:

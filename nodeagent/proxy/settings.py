@@ -11,6 +11,7 @@ from nodeagent.nft.objects import Family
 from nodeagent.proxy.model import family_of
 
 TABLE = "nodeagent"
+FULL_SYNC_PERIOD = 3600.0  # kube-proxy's FullSyncPeriod in nftables mode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,8 @@ class ProxySettings:
     """Local addresses that accept NodePorts (the node's primary IPs, never loopback)."""
     masquerade_all: bool = False
     masquerade_bit: int = 14
+    full_sync_period: float = FULL_SYNC_PERIOD
+    """Time between periodic full syncs once one succeeded (kube-proxy: 1 h)."""
     sync_period: float = 30.0
     """Longest time between full syncs; also the retry delay after a failed sync."""
     min_sync_period: float = 1.0

@@ -253,11 +253,14 @@ async def test_changes_in_a_burst_are_applied_together_within_min_sync_period() 
         assert starts == 3  # the first change at once, the other three one second later
         assert len(p.trace(POD_CLIENT, "10.96.0.10", 80).endpoints) == 3
 
-        await asyncio.sleep(30)  # sync_period: a periodic full sync
+        await asyncio.sleep(60)  # no periodic full sync after syncPeriod (30 s)...
+        assert len(p.nft["ip"].transactions) == starts
+        await asyncio.sleep(3600)  # ...but after kube-proxy's full-sync period (1 h)
         full = p.nft["ip"].last_transaction
         assert full is not None
         assert str(full).startswith("add table")
-        assert loop.time() == pytest.approx(37.4)
+        assert len(p.nft["ip"].transactions) == starts + 1
+        assert loop.time() == pytest.approx(3667.4)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
