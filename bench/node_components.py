@@ -38,17 +38,46 @@ KERNEL_TUNABLES = (  # what the kubelet's container manager sets (setupKernelTun
 CONTAINER_LOGS = Path("/var/log/containers")  # hard-coded in the kubelet
 
 
-def nodeagent_argv(*, name: str, kubeconfig: Path, root: Path, endpoint: str) -> list[str]:
+def nodeagent_argv(
+    *, name: str, kubeconfig: Path, root: Path, endpoint: str, config: Path | None = None
+) -> list[str]:
     return [
         sys.executable,
         "-m",
         "nodeagent",
         "run",
+        *([f"--config={config}"] if config else []),
         f"--kubeconfig={kubeconfig}",
         f"--hostname-override={name}",
         f"--root-dir={root}",
         f"--container-runtime-endpoint={endpoint}",
     ]
+
+
+def nodeagent_config(*, root: Path, versions: Versions, cgroup_root: str = "") -> dict[str, object]:
+    """A nodeagent configuration matching `kubelet_config` where both have the field, with the
+    service proxy off (it would program nftables in this host's root namespace)."""
+    kubelet: dict[str, object] = {
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "address": LOCALHOST,
+        "port": free_port(),
+        "healthzBindAddress": LOCALHOST,
+        "healthzPort": free_port(),
+        "clusterDomain": versions.cluster_domain,
+        "clusterDNS": [versions.cluster_dns_ip],
+        "resolvConf": "/etc/resolv.conf",
+        "podLogsDir": str(root / "pod-logs"),
+    }
+    if cgroup_root:
+        kubelet["cgroupRoot"] = cgroup_root
+    return {
+        "apiVersion": "nodeagent.io/v1alpha1",
+        "kind": "NodeAgentConfiguration",
+        "kubelet": kubelet,
+        "proxy": {"enabled": False},
+    }
 
 
 def kubelet_config(*, root: Path, endpoint: str, ca: Path, versions: Versions) -> dict[str, object]:
@@ -95,7 +124,8 @@ def kubelet_argv(
     ]
 
 
-def write_kubelet_config(path: Path, config: dict[str, object]) -> Path:
+def write_config(path: Path, config: dict[str, object]) -> Path:
+    """Write a component's config file (JSON, which is valid YAML for both)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
@@ -113,6 +143,26 @@ def _nft_tables() -> set[str]:
     """Root-namespace nft tables as "family name" strings."""
     out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False)
     return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
+
+
+def make_cgroup_root(name: str) -> str:
+    """Create ``/<name>`` in every cgroup hierarchy (the kubelet refuses a ``cgroupRoot`` that
+    does not exist); cpuset gets the root's cpus and mems so children can be populated."""
+    for hierarchy in _cgroup_hierarchies():
+        (hierarchy / name).mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                (hierarchy / name / knob).write_text((hierarchy / knob).read_text())
+    return f"/{name}"
+
+
+def remove_log_links(namespace: str) -> int:
+    """Remove the ``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` links of the
+    bench's pods (both components make them; stopping containerd leaves them behind)."""
+    links = list(CONTAINER_LOGS.glob(f"*_{namespace}_*.log"))
+    for link in links:
+        link.unlink(missing_ok=True)
+    return len(links)
 
 
 def _read(path: Path) -> str | None:
@@ -167,6 +217,14 @@ class HostState:
             with contextlib.suppress(OSError):
                 CONTAINER_LOGS.rmdir()
         # The kubelet's iptables-nft canary and firewall chains (KUBE-KUBELET-CANARY,
-        # KUBE-FIREWALL) live in tables it creates in the root namespace.
+        # KUBE-FIREWALL) live in tables it creates in the root namespace; a new table without
+        # KUBE- chains is someone else's.
         for table in sorted(_nft_tables() - self.nft_tables):
-            subprocess.run(["nft", "delete", "table", *table.split()], check=False)
+            listed = subprocess.run(
+                ["nft", "list", "table", *table.split()],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if "KUBE-" in listed.stdout:
+                subprocess.run(["nft", "delete", "table", *table.split()], check=False)

@@ -123,13 +123,18 @@ class Bench:
 
     def argv(self, component: str, *, name: str, kubeconfig: Path, root: Path) -> list[str]:
         if component == "nodeagent":
+            config = comp.nodeagent_config(root=root, versions=load_versions())
             return comp.nodeagent_argv(
-                name=name, kubeconfig=kubeconfig, root=root, endpoint=self.ctd.endpoint
+                name=name,
+                kubeconfig=kubeconfig,
+                root=root,
+                endpoint=self.ctd.endpoint,
+                config=comp.write_config(root.parent / "nodeagent-config.yaml", config),
             )
         config = comp.kubelet_config(
             root=root, endpoint=self.ctd.endpoint, ca=self.plane.ca_path, versions=load_versions()
         )
-        path = comp.write_kubelet_config(root.parent / "kubelet-config.yaml", config)
+        path = comp.write_config(root.parent / "kubelet-config.yaml", config)
         return comp.kubelet_argv(
             self.kubelet, name=name, kubeconfig=kubeconfig, root=root, config=path
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from harness.cgroups import remove_cgroup_tree
 from harness.fixtures_runtime import RuntimeEnv
 
 from nodeagent.apiserver import PODS
@@ -37,7 +37,6 @@ from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import pod_object
 
 NODE = "it-node"
-CGROUP_FS = Path("/sys/fs/cgroup")
 
 
 @dataclass
@@ -95,26 +94,6 @@ def status_of(pod: dict[str, Any] | None, name: str = "app") -> dict[str, Any]:
 
 def phase(pod: dict[str, Any] | None) -> str:
     return str((pod or {}).get("status", {}).get("phase", ""))
-
-
-def remove_cgroup_tree(name: str) -> list[str]:
-    """rmdir every cgroup under ``/<name>`` in every hierarchy, deepest first; returns those
-    that could not be removed."""
-    left = []
-    for top in CGROUP_FS.glob(f"*/{name}"):
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-        for path in [*dirs, top]:
-            for _ in range(50):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            else:
-                left.append(str(path))
-    return left
 
 
 async def remove_pods_of(endpoint: str, server: FakeApiServer) -> None:

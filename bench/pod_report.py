@@ -1,0 +1,109 @@
+"""The table `pod_startup` prints: one column per component, one row per figure."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from node_idle import machine, versions_line
+from pod_api import percentile
+
+if TYPE_CHECKING:
+    from pod_startup import Burst, Result, Window
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:.1f}"
+
+
+def burst_rows(burst: Burst, *, before: int) -> list[tuple[str, str]]:
+    running = burst.batch.latencies("running")
+    ready = burst.batch.latencies("ready")
+    title = f"{burst.count} pods at once" + (f" (on top of {before})" if before else "")
+    creates = max((t.created for t in burst.batch.pods.values()), default=burst.batch.started)
+    return [
+        (f"**{title}**: startup p50 / p99 / max (s)",
+         f"{_s(percentile(running, 50))} / {_s(percentile(running, 99))} / "
+         f"{_s(max(running, default=None))}"),
+        ("  pods Running / created", f"{len(running)} / {burst.count}"),
+        ("  Ready p50 / p99 (s)", f"{_s(percentile(ready, 50))} / {_s(percentile(ready, 99))}"),
+        ("  all Running, from the first create (s)", _s(burst.batch.all_running_s)),
+        ("  the creates took (s)", _s(creates - burst.batch.started)),
+        ("  component / containerd CPU seconds meanwhile",
+         f"{burst.cpu_s:.2f} / {burst.runtime_cpu_s:.2f}"),
+        ("  load average (1 min) at the first create", f"{burst.load1:.2f}"),
+    ]  # fmt: skip
+
+
+def window_rows(w: Window) -> list[tuple[str, str]]:
+    minutes = w.seconds / 60
+    return [
+        (f"**idle with {w.pods} pods**: RSS max / final (MiB)",
+         f"{_mib(w.rss_max_kib)} / {_mib(w.rss_final_kib)}"),
+        (f"  CPU seconds over {minutes:.1f} min (share of one core)",
+         f"{w.cpu_s:.2f} ({100 * w.cpu_s / w.seconds:.2f}%)"),
+        ("  containerd CPU seconds, same window", f"{w.runtime_cpu_s:.2f}"),
+        ("  load average (1 min) mean / max", f"{w.load_mean:.2f} / {w.load_max:.2f}"),
+    ]  # fmt: skip
+
+
+def rows(result: Result) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    before = 0
+    windows = {w.pods: w for w in result.windows}
+    for burst in result.bursts:
+        found += burst_rows(burst, before=before)
+        before += burst.count
+        if before in windows:
+            found += window_rows(windows[before])
+    found.append(("RSS peak since start, VmHWM (MiB)", _mib(result.hwm_kib)))
+    found.append((f"all {before} pods deleted through the API after (s)", _s(result.deleted_s)))
+    return found
+
+
+def table(results: dict[str, Result], *, markdown: bool) -> str:
+    names = list(results)
+    columns = [rows(r) for r in results.values()]  # same rows in the same order for each
+    longest = max(columns, key=len)
+    body = [
+        [label, *(c[i][1] if i < len(c) else "-" for c in columns)]
+        for i, (label, _) in enumerate(longest)
+    ]
+    header = ["", *names]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+    body = [[label.replace("**", ""), *rest] for label, *rest in body]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(
+            zip(row, widths, strict=True)))
+        for row in [header, *body]
+    )  # fmt: skip
+
+
+def per_pod(results: dict[str, Result]) -> list[str]:
+    """Every pod's startup latency, sorted, per component and burst (to see the spread)."""
+    lines = []
+    for name, result in results.items():
+        for i, burst in enumerate(result.bursts):
+            values = " ".join(f"{v:.2f}" for v in burst.batch.latencies("running"))
+            lines.append(f"{name} burst {i + 1} ({burst.count} pods), s: {values}")
+    return lines
+
+
+def report(
+    results: dict[str, Result], *, args: argparse.Namespace, kubelet: Path, started: str
+) -> str:
+    lines = [table(results, markdown=args.markdown), "", *per_pod(results), ""]
+    for component, result in results.items():
+        lines += [f"{component}: {n}" for n in result.notes]
+    binding = "nodeName" if args.node_name else "the scheduler (nodeSelector)"
+    lines += ["", f"started {started}; pods bound through {binding}; {versions_line(kubelet)}"]
+    lines += [", ".join(f"{k}: {v}" for k, v in machine().items())]
+    return "\n".join(lines)
