@@ -112,6 +112,7 @@ class RunningProxy:
                 service_cidrs=(VERSIONS.service_cidr,),
                 nodeport_ips=(NODE_IP,),
                 sync_period=2.0,
+                full_sync_period=2.0,  # the tests compare tables after periodic full syncs
                 min_sync_period=0.1,
             ),
             services=services,
