@@ -157,7 +157,7 @@ def pod_managers(
         return node_allocatable(get_node())
 
     runtime = RuntimeManager(runtime=connection, images=connection, settings=settings, clock=clock)
-    status = StatusManager(api=mirror_status, deleter=deleter)
+    status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
     podsync = PodSync(
         runtime=runtime,
         status=status,

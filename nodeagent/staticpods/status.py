@@ -1,20 +1,19 @@
 """A static pod's status goes to its mirror pod, as the kubelet's status manager sends it.
 
-:class:`MirrorStatusApi` is the :class:`~nodeagent.apiserver.Api` the status manager writes
-through. A ``pods/<name>/status`` patch of a static pod (its UID came from the file source) is
-sent to the pod's mirror with the mirror's UID as precondition; while there is no mirror (the
-API server is unreachable, the Node is not registered yet, someone deleted the mirror) the
-newest status is held, and :meth:`deliver_pending` — called by the mirror manager whenever the
-API pods move — sends it once a mirror exists. Every other call passes through unchanged.
+:class:`MirrorStatusApi` is the ``StatusPatcher`` the status manager writes through. A
+``pods/<name>/status`` patch of a static pod (its UID came from the file source) is sent to the
+pod's mirror with the mirror's UID as precondition; while there is no mirror (the API server is
+unreachable, the Node is not registered yet, someone deleted the mirror) the newest status is
+held, and :meth:`deliver_pending` — called by the mirror manager whenever the API pods move —
+sends it once a mirror exists. Patches of other pods pass through unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from nodeagent.apiserver import PODS, Api, Conflict, NotFound, ObjectList, PatchType, WatchEvent
+from nodeagent.apiserver import PODS, Api, Conflict, NotFound, PatchType
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.staticpods.mirror import MirrorIndex
 
@@ -118,95 +117,3 @@ class MirrorStatusApi:
             return {}  # that mirror is gone; its successor gets the status when it appears
         entry.delivered_to = mirror
         return result
-
-    # --- everything else passes through ---------------------------------------------------
-
-    async def get(
-        self,
-        res: Resource,
-        name: str,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        request_timeout: float | None = None,
-    ) -> Obj:
-        return await self._api.get(
-            res, name, namespace=namespace, subresource=subresource, request_timeout=request_timeout
-        )
-
-    async def create(
-        self,
-        res: Resource,
-        body: Obj,
-        *,
-        namespace: str | None = None,
-        request_timeout: float | None = None,
-    ) -> Obj:
-        return await self._api.create(
-            res, body, namespace=namespace, request_timeout=request_timeout
-        )
-
-    async def replace(
-        self,
-        res: Resource,
-        name: str,
-        body: Obj,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        request_timeout: float | None = None,
-    ) -> Obj:
-        return await self._api.replace(
-            res,
-            name,
-            body,
-            namespace=namespace,
-            subresource=subresource,
-            request_timeout=request_timeout,
-        )
-
-    async def delete(
-        self,
-        res: Resource,
-        name: str,
-        *,
-        namespace: str | None = None,
-        request_timeout: float | None = None,
-    ) -> None:
-        await self._api.delete(res, name, namespace=namespace, request_timeout=request_timeout)
-
-    async def list(
-        self,
-        res: Resource,
-        *,
-        namespace: str | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        request_timeout: float | None = None,
-    ) -> ObjectList:
-        return await self._api.list(
-            res,
-            namespace=namespace,
-            field_selector=field_selector,
-            label_selector=label_selector,
-            request_timeout=request_timeout,
-        )
-
-    def watch(
-        self,
-        res: Resource,
-        *,
-        resource_version: str,
-        namespace: str | None = None,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncGenerator[WatchEvent, None]:
-        return self._api.watch(
-            res,
-            resource_version=resource_version,
-            namespace=namespace,
-            field_selector=field_selector,
-            label_selector=label_selector,
-            timeout_seconds=timeout_seconds,
-        )

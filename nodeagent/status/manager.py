@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from nodeagent.apiserver import PODS, Api, ApiError, Conflict, NotFound, PatchType
+from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
 
@@ -28,6 +29,24 @@ class PodDeleter(Protocol):
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         """Remove the API object now; raises NotFound when it is gone already."""
         ...
+
+
+class StatusPatcher(Protocol):
+    """What the status manager needs of the API: the ``pods/<name>/status`` patch. (A static
+    pod's status goes through ``staticpods.MirrorStatusApi``, which sends it to the mirror.)"""
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: object,
+        *,
+        patch_type: PatchType = PatchType.STRATEGIC,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        request_timeout: float | None = None,
+    ) -> Obj: ...
 
 
 class Requester(Protocol):
@@ -80,10 +99,10 @@ class _Entry:
 
 class StatusManager:
     def __init__(
-        self, *, api: Api, deleter: PodDeleter | None = None, log: Logger | None = None
+        self, *, api: StatusPatcher, deleter: PodDeleter, log: Logger | None = None
     ) -> None:
         self._api = api
-        self._deleter = deleter or PlainDeleter(api=api)
+        self._deleter = deleter
         self._log = log or get_logger("status")
         self._pods: dict[str, _Entry] = {}
         self._wake = asyncio.Event()

@@ -24,6 +24,7 @@ from nodeagent.podspec import Pod, decode_pod
 from nodeagent.podsync import ApiEnvSource, PodSync
 from nodeagent.podworkers import PodWorkers
 from nodeagent.status import StatusManager
+from nodeagent.status.manager import PlainDeleter
 from nodeagent.syncloop import PodsChanged, SyncEvents, SyncLoop
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -89,7 +90,7 @@ async def env() -> AsyncIterator[Env]:
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
 
-    status = StatusManager(api=server)
+    status = StatusManager(api=server, deleter=PlainDeleter(api=server))
     podsync = PodSync(
         runtime=RuntimeManager(
             runtime=runtime,

@@ -19,6 +19,7 @@ from nodeagent.pleg import GenericPleg
 from nodeagent.podsync import ApiEnvSource, PodSync
 from nodeagent.podworkers import PodWorkers
 from nodeagent.status import StatusManager
+from nodeagent.status.manager import PlainDeleter
 from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -106,7 +107,7 @@ async def running_stack(
     manager = RuntimeManager(
         runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=files
     )
-    status = StatusManager(api=server)
+    status = StatusManager(api=server, deleter=PlainDeleter(api=server))
     podsync = PodSync(
         runtime=manager,
         status=status,

@@ -117,7 +117,7 @@ async def static_stack(
         statics=source,
         mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
     )
-    status = StatusManager(api=mirror_status)
+    status = StatusManager(api=mirror_status, deleter=PlainDeleter(api=server))
 
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
