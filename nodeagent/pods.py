@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodeagent import cgroups
 from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
@@ -37,8 +38,6 @@ from nodeagent.staticpods import (
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
 from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
-
-CGROUP2_SUPER_MAGIC_PATH = "/sys/fs/cgroup/cgroup.controllers"
 
 
 def _memory_bytes() -> int:
@@ -66,12 +65,8 @@ def runtime_settings(
         cgroup_driver=k.cgroup_driver,
         cgroups_per_qos=k.cgroups_per_qos,
         cgroup_root=k.cgroup_root or "/",
-        cgroup_v2=os.path.exists(CGROUP2_SUPER_MAGIC_PATH),
-        memory_capacity=(
-            memory_capacity
-            if memory_capacity is not None
-            else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        ),
+        cgroup_v2=cgroups.host_cgroup_fs() == "cgroup2",
+        memory_capacity=memory_capacity if memory_capacity is not None else _memory_bytes(),
         runtime_name="containerd",
     )
 
