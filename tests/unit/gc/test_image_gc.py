@@ -57,7 +57,7 @@ class Node:
             runtime=self.runtime,
             clock=self.clock,
             events=self.events,
-            policy=ImageGCPolicy(**policy),  # type: ignore[arg-type]
+            policy=ImageGCPolicy(**policy),  # type: ignore[arg-type]  # test overrides by name
             fs_stats=self.disk,
         )
 
@@ -239,7 +239,7 @@ async def test_maximum_age_removes_long_unused_images_whatever_the_usage(node: N
 async def test_image_gc_failed_is_recorded_only_when_a_run_fails_twice_in_a_row(
     node: Node,
 ) -> None:
-    node.runtime.remove_image = fail_removal  # type: ignore[method-assign]
+    node.runtime.remove_image = fail_removal  # type: ignore[method-assign]  # inject the failure
     task = asyncio.create_task(node.gc(min_age=0).run())
     try:
         await asyncio.sleep(1)

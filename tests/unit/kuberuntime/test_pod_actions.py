@@ -217,7 +217,7 @@ def _normalise(actions: PodActions) -> PodActions:
         attempt=actions.attempt,
         next_init_container=actions.next_init_container,
         containers_to_start=actions.containers_to_start,
-        containers_to_kill=kills,  # type: ignore[arg-type]
+        containers_to_kill=kills,  # type: ignore[arg-type]  # dict from the test's table
     )
 
 

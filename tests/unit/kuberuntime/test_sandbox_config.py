@@ -6,7 +6,7 @@ import pytest
 
 from cri_protos.runtime.v1 import api_pb2 as api
 from nodeagent.kuberuntime.dns import PodDNSError, parse_resolv_conf, pod_dns
-from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.sandbox import build_sandbox_config, pod_cgroup_parent
 from nodeagent.podspec import Pod
 from nodeagent.testing.pods import container, pod
@@ -190,10 +190,10 @@ GUARANTEED = {"cpu": "1", "memory": "1Gi"}
     ],
 )
 def test_cgroup_parent_in_the_qos_hierarchy(
-    driver: str, resources: dict[str, dict[str, str]], expected: str
+    driver: CgroupDriver, resources: dict[str, dict[str, str]], expected: str
 ) -> None:
     p = pod(uid=UID, containers=[container("a", **{"resources": resources})])
-    settings = PodRuntimeSettings(node_name="n", cgroup_driver=driver)  # type: ignore[arg-type]
+    settings = PodRuntimeSettings(node_name="n", cgroup_driver=driver)
     assert pod_cgroup_parent(p, settings) == expected
     assert build(p, settings).linux.cgroup_parent == expected
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from nodeagent.nft import Busy, Chain, Element, Exists, Map, NotFound, Rule, Set, Table
+from nodeagent.nft.transaction import Transaction
 from nodeagent.testing.fake_nft import FakeNFTables
 
 
@@ -82,10 +85,12 @@ async def test_check_validates_without_applying() -> None:
         ),
     ],
 )
-async def test_errors_match_nft(op: object, error: type[Exception]) -> None:
+async def test_errors_match_nft(
+    op: Callable[[Transaction], object], error: type[Exception]
+) -> None:
     nft = await loaded()
     tx = nft.new_transaction()
-    op(tx)  # type: ignore[operator]
+    op(tx)
     with pytest.raises(error):
         await nft.run(tx)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from nodeagent.nft import Chain, Element, InvalidTransaction, Map, Rule, Set, Table, Transaction
@@ -114,9 +116,11 @@ def test_destroy_is_emulated_for_nft_without_it() -> None:
         ),
     ],
 )
-def test_the_first_invalid_object_is_latched(build: object, message: str) -> None:
+def test_the_first_invalid_object_is_latched(
+    build: Callable[[Transaction], object], message: str
+) -> None:
     t = tx()
-    build(t)  # type: ignore[operator]
+    build(t)
     t.add(Chain(name="also bad"))
 
     assert t.err is not None

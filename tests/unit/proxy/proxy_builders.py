@@ -149,7 +149,7 @@ class Proxy:
             settings=self.settings,
             services=self.services,
             slices=self.slices,
-            nft=self.nft,  # type: ignore[arg-type]
+            nft=self.nft,  # type: ignore[arg-type]  # the fake has the interface, not the type
             conntrack=self.conntrack,
             clock=self.clock,
         )
