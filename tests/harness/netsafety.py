@@ -4,10 +4,11 @@ Before a pod or service range is used, `unreachable <cidr>` goes into the main r
 More specific routes (the CNI bridge's node subnet) still win, so pods stay reachable, but any
 other packet addressed into the range is refused locally instead of following the default route
 out of the machine. Several users may need a range at once (xdist workers, a `make up`
-cluster), so each holder leaves a lease file (`LEASES/<cidr>/<pid>`) and the last live holder to
-release removes the route; leases of dead processes do not count, so a killed session's route
-goes with the next release. An `unreachable` route the harness did not make is left alone, and a
-range that is already routed somewhere else is refused outright.
+cluster), so each holder leaves a lease file (`LEASES/<cidr>/<pid>`, counting how many times
+that process holds the range: a test's private containerd inside a session that holds it too)
+and the last live holder to release removes the route; leases of dead processes do not count,
+so a killed session's route goes with the next release. An `unreachable` route the harness did
+not make is left alone, and a range that is already routed somewhere else is refused outright.
 
 The ranges come from `versions.env` (`CLUSTER_CIDR`, `SERVICE_CIDR`, `CLUSTER_DNS_IP`).
 """
@@ -102,8 +103,16 @@ def hold_unreachable(cidr: str, *, holder: int | None = None) -> bool:
             raise RouteConflict(f"{cidr} is already routed on this machine: {foreign}")
         _ip("route", "add", "unreachable", cidr)
     leases.mkdir(parents=True, exist_ok=True)
-    (leases / str(holder or os.getpid())).touch()
+    lease = leases / str(holder or os.getpid())
+    lease.write_text(str(_holds(lease) + 1))  # one process may hold a range more than once
     return True
+
+
+def _holds(lease: Path) -> int:
+    try:
+        return int(lease.read_text() or "1")
+    except FileNotFoundError:
+        return 0
 
 
 def release_unreachable(cidr: str, *, holder: int | None = None) -> None:
@@ -111,7 +120,11 @@ def release_unreachable(cidr: str, *, holder: int | None = None) -> None:
     cidr = _normalise(cidr)
     if not _lease_dir(cidr).is_dir():
         return  # not a route the harness manages
-    (_lease_dir(cidr) / str(holder or os.getpid())).unlink(missing_ok=True)
+    lease = _lease_dir(cidr) / str(holder or os.getpid())
+    if (holds := _holds(lease)) > 1:
+        lease.write_text(str(holds - 1))  # another hold of this process still needs it
+        return
+    lease.unlink(missing_ok=True)
     if _live_leases(cidr):
         return
     if has_unreachable(cidr):

@@ -237,6 +237,15 @@ def test_cluster_ranges_are_unreachable_outside_the_bridge(containerd: RuntimeEn
         assert "No route to host" in route.stderr, route.stderr  # the unreachable route
 
 
+def test_a_second_hold_in_the_same_process_keeps_the_route_when_released(
+    containerd: RuntimeEnv,
+) -> None:
+    # a test's private containerd holds the ranges inside the session fixture's hold
+    with netsafety.unreachable_routes((netsafety.POD_CIDR,)) as held:
+        assert held == [netsafety.POD_CIDR]
+    assert netsafety.has_unreachable(netsafety.POD_CIDR)  # the fixture still needs it
+
+
 def test_image_builds_are_reproducible(tmp_path: Path) -> None:
     first = build_images(cache_dir=tmp_path / "a", extra_names={"pause": ["example.org/p:1"]})
     second = build_images(cache_dir=tmp_path / "b", extra_names={"pause": ["example.org/p:1"]})
