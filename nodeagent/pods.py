@@ -120,6 +120,7 @@ def pod_managers(
     connection = RuntimeConnection(
         endpoint=config.kubelet.container_runtime_endpoint,
         runtime_request_timeout=config.kubelet.runtime_request_timeout.seconds,
+        cgroup_driver=settings.cgroup_driver,
     )
     pods_cache = (
         WatchCache(
@@ -151,7 +152,13 @@ def pod_managers(
     def allocatable() -> Mapping[str, str] | None:
         return node_allocatable(get_node())
 
-    runtime = RuntimeManager(runtime=connection, images=connection, settings=settings, clock=clock)
+    runtime = RuntimeManager(
+        runtime=connection,
+        images=connection,
+        settings=settings,
+        clock=clock,
+        cgroup_driver=connection.cgroup_driver,
+    )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
     podsync = PodSync(
         runtime=runtime,

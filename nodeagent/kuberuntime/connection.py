@@ -3,8 +3,10 @@ and the composition root runs outside it.
 
 :class:`RuntimeConnection` implements ``RuntimeService`` and ``ImageService`` by delegating to
 a :class:`CriClient` that ``run()`` opens and validates (``Version`` first: runtime.v1 must be
-served), retrying every ``retry`` seconds while the runtime is unreachable. Calls made before
-the connection is up wait for it. ``run()`` closes the client when cancelled.
+served), retrying every ``retry`` seconds while the runtime is unreachable. Once connected it
+asks the runtime for its cgroup driver (``RuntimeConfig``, see :mod:`.cgroupdriver`) before
+anything else may use the connection. Calls made before the connection is up wait for it.
+``run()`` closes the client when cancelled.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.cgroupdriver import ResolvedDriver, resolve_cgroup_driver
 from nodeagent.kuberuntime.endpoint import RUNTIME_REQUEST_TIMEOUT
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.negotiate import connect
+from nodeagent.kuberuntime.podsettings import CgroupDriver
 from nodeagent.kuberuntime.remote import CriClient
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.log import Logger, get_logger
@@ -32,6 +36,7 @@ class RuntimeConnection:
         runtime_request_timeout: float = RUNTIME_REQUEST_TIMEOUT,
         opener: Callable[[str], Awaitable[CriClient]] | None = None,
         retry: float = RETRY,
+        cgroup_driver: CgroupDriver = "cgroupfs",
         log: Logger | None = None,
     ) -> None:
         self._endpoint = endpoint
@@ -39,6 +44,8 @@ class RuntimeConnection:
         self._opener = opener
         self._retry = retry
         self._log = (log or get_logger("kuberuntime")).bind(endpoint=endpoint)
+        self._configured_driver: CgroupDriver = cgroup_driver
+        self._driver: ResolvedDriver | None = None
         self._client: CriClient | None = None
         self._ready = asyncio.Event()
 
@@ -49,6 +56,13 @@ class RuntimeConnection:
     @property
     def version_info(self) -> cri.VersionResponse | None:
         return self._client.version_info if self._client is not None else None
+
+    async def cgroup_driver(self) -> CgroupDriver:
+        """The driver pods' cgroups follow: the runtime's answer, else ``kubelet.cgroupDriver``.
+        Waits for the connection."""
+        await self._ready.wait()
+        assert self._driver is not None
+        return self._driver.driver
 
     async def _open(self) -> CriClient:
         if self._opener is not None:
@@ -70,6 +84,9 @@ class RuntimeConnection:
             self._log.info(
                 "Connected to the container runtime",
                 runtime=f"{info.runtime_name}://{info.runtime_version}" if info else "",
+            )
+            self._driver = await resolve_cgroup_driver(
+                self._client.runtime_config, configured=self._configured_driver, log=self._log
             )
             self._ready.set()
             await asyncio.Event().wait()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
@@ -33,7 +33,7 @@ from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.images import ImageFailure, ImageManager
 from nodeagent.kuberuntime.labels import POD_UID, container_hash
 from nodeagent.kuberuntime.podfiles import Files, PodFiles, legacy_log_symlink
-from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import (
     CONFIG_POD_SANDBOX_ERROR,
     CRASH_LOOP_BACK_OFF,
@@ -84,13 +84,18 @@ class RuntimeManager:
         clock: Clock,
         files: Files | None = None,
         backoff: Backoff | None = None,
+        cgroup_driver: Callable[[], Awaitable[CgroupDriver]] | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``cgroup_driver``: the driver the runtime uses (the connection asks it once);
+        ``settings.cgroup_driver`` is used as it is when omitted."""
+
         def wall() -> float:
             return clock.now().timestamp()
 
         self._runtime = runtime
         self._settings = settings
+        self._cgroup_driver = cgroup_driver
         self._files: Files = files or PodFiles()
         self._backoff = backoff or Backoff(now=wall)
         image_backoff = Backoff(now=wall, initial=IMAGE_BACKOFF_INITIAL, cap=IMAGE_BACKOFF_MAX)
@@ -99,6 +104,15 @@ class RuntimeManager:
 
     @property
     def settings(self) -> PodRuntimeSettings:
+        return self._settings
+
+    async def _resolved_settings(self) -> PodRuntimeSettings:
+        """The settings with the runtime's cgroup driver, once it is known."""
+        if self._cgroup_driver is not None:
+            driver = await self._cgroup_driver()
+            self._cgroup_driver = None
+            if driver != self._settings.cgroup_driver:
+                self._settings = dataclasses.replace(self._settings, cgroup_driver=driver)
         return self._settings
 
     def forget(self, uid: str) -> None:
@@ -173,9 +187,10 @@ class RuntimeManager:
                 result.event("Normal", "Killing", message, container=kill.name)
                 await self._stop_container(pod, kill.container_id, kill.name, grace)
 
+        settings = await self._resolved_settings()
         try:
             sandbox_config, warnings = build_sandbox_config(
-                pod, settings=self._settings, attempt=actions.attempt, host_dns=host_dns
+                pod, settings=settings, attempt=actions.attempt, host_dns=host_dns
             )
         except PodDNSError as e:
             result.sandbox_error = ContainerFailure(CONFIG_POD_SANDBOX_ERROR, str(e))

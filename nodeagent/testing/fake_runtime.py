@@ -211,6 +211,10 @@ class FakeRuntime(_FakeImages):
     def sandbox_ids(self) -> list[str]:
         return list(self._sandboxes)
 
+    def sandbox_config(self, sandbox_id: str) -> cri.PodSandboxConfig:
+        """The config the sandbox was created with (a copy)."""
+        return copy.deepcopy(self._sandbox(sandbox_id, rpc="sandbox_config").config)
+
     @property
     def container_ids(self) -> list[str]:
         return list(self._containers)
@@ -306,6 +310,11 @@ class FakeRuntime(_FakeImages):
         )
 
     # RuntimeService ------------------------------------------------------------------------
+
+    @property
+    def version_info(self) -> cri.VersionResponse:
+        """What a connected client learnt from ``Version`` (``RuntimeConnection`` reads it)."""
+        return self.version_response
 
     async def close(self) -> None:
         """Like closing the real client's channel: recorded, nothing else."""

@@ -1,0 +1,236 @@
+"""The cgroup driver from the runtime (``RuntimeConfig``), as the kubelet 1.34+ takes it: the
+runtime's answer wins over ``kubelet.cgroupDriver``; ``Unimplemented`` keeps the configuration
+with the kubelet's log line; other errors are retried twice, 2 s apart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from scripted_cri import ScriptedCri
+
+from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.cgroupdriver import (
+    ADOPTED_MESSAGE,
+    FALLBACK_MESSAGE,
+    UnknownCgroupDriver,
+    driver_from_runtime_config,
+    resolve_cgroup_driver,
+)
+from nodeagent.kuberuntime.connection import RuntimeConnection
+from nodeagent.kuberuntime.env import EnvInputs
+from nodeagent.kuberuntime.errors import CriUnavailable, CriUnimplemented
+from nodeagent.kuberuntime.manager import RuntimeManager
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
+from nodeagent.log import get_logger
+from nodeagent.log.facade import record_fields
+from nodeagent.testing.fake_apiserver import LoopClock
+from nodeagent.testing.fake_runtime import FakeRuntime
+from nodeagent.testing.pods import MemoryFiles, pod
+
+LOG = get_logger("kuberuntime")
+SYSTEMD, CGROUPFS = 0, 1  # CRI CgroupDriver values
+
+
+def config_response(driver: int | None) -> cri.RuntimeConfigResponse:
+    response = cri.RuntimeConfigResponse()
+    if driver is not None:
+        response.linux.cgroup_driver = driver  # type: ignore[assignment]
+    return response
+
+
+@pytest.mark.parametrize(
+    ("driver", "expected"),
+    [(SYSTEMD, "systemd"), (CGROUPFS, "cgroupfs"), (None, None)],
+    ids=["systemd", "cgroupfs", "no linux section"],
+)
+def test_the_runtime_config_names_the_driver(driver: int | None, expected: str | None) -> None:
+    assert driver_from_runtime_config(config_response(driver)) == expected
+
+
+def test_an_unknown_driver_value_is_named() -> None:
+    with pytest.raises(UnknownCgroupDriver, match="runtime returned an unknown cgroup driver 7"):
+        driver_from_runtime_config(config_response(7))
+
+
+class Answers:
+    """RuntimeConfig answering from a script: a response or an exception per call."""
+
+    def __init__(self, *answers: cri.RuntimeConfigResponse | Exception) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+        self.slept: list[float] = []
+
+    async def __call__(self) -> cri.RuntimeConfigResponse:
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str, Any]]:
+    return [
+        (r.levelno, r.getMessage(), record_fields(r).get("cgroup_driver")) for r in caplog.records
+    ]
+
+
+async def test_the_runtimes_driver_wins_over_the_configuration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    answers = Answers(config_response(SYSTEMD))
+    resolved = await resolve_cgroup_driver(
+        answers, configured="cgroupfs", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("systemd", "runtime")
+    assert (logging.INFO, ADOPTED_MESSAGE, "systemd") in messages(caplog)
+
+
+async def test_unimplemented_keeps_the_configuration_with_the_kubelets_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
+    resolved = await resolve_cgroup_driver(
+        answers, configured="systemd", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("systemd", "config")
+    assert answers.calls == 1 and answers.slept == []
+    assert messages(caplog) == [(logging.INFO, FALLBACK_MESSAGE, "systemd")]
+
+
+async def test_a_runtime_still_starting_is_asked_again_two_seconds_later() -> None:
+    unavailable = CriUnavailable("down", rpc="RuntimeConfig", code="Unavailable")
+    answers = Answers(unavailable, unavailable, config_response(CGROUPFS))
+    resolved = await resolve_cgroup_driver(
+        answers, configured="systemd", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("cgroupfs", "runtime")
+    assert answers.slept == [2.0, 2.0]
+
+
+async def test_three_failures_keep_the_configuration_and_say_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    down = CriUnavailable("down", rpc="RuntimeConfig", code="Unavailable", details="eof")
+    answers = Answers(down, down, down)
+    resolved = await resolve_cgroup_driver(
+        answers, configured="cgroupfs", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("cgroupfs", "config")
+    assert answers.calls == 3 and answers.slept == [2.0, 2.0]
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record_fields(error)["error"] == "rpc error: code = Unavailable desc = eof"
+
+
+async def test_an_unknown_driver_keeps_the_configuration_and_names_the_value(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    answers = Answers(config_response(5))
+    resolved = await resolve_cgroup_driver(
+        answers, configured="cgroupfs", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("cgroupfs", "config")
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record_fields(error)["error"] == "runtime returned an unknown cgroup driver 5"
+
+
+# Through the real gRPC client: the connection asks once, right after Version.
+
+
+def serve_version(cri_server: ScriptedCri) -> None:
+    cri_server.handlers["Version"] = lambda _req, _ctx: api.VersionResponse(
+        version="0.1.0",
+        runtime_name="containerd",
+        runtime_version="v2.1.4",
+        runtime_api_version="v1",
+    )
+
+
+@asynccontextmanager
+async def connected(endpoint: str, configured: CgroupDriver) -> AsyncIterator[RuntimeConnection]:
+    connection = RuntimeConnection(endpoint=endpoint, cgroup_driver=configured)
+    task = asyncio.create_task(connection.run())
+    try:
+        yield connection
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_connection_adopts_the_driver_the_runtime_answers(
+    cri_server: ScriptedCri,
+) -> None:
+    serve_version(cri_server)
+    cri_server.handlers["RuntimeConfig"] = lambda _req, _ctx: api.RuntimeConfigResponse(
+        linux=api.LinuxRuntimeConfiguration(cgroup_driver=api.SYSTEMD)
+    )
+    async with connected(cri_server.endpoint, "cgroupfs") as connection:
+        assert await asyncio.wait_for(connection.cgroup_driver(), 5) == "systemd"
+    assert len(cri_server.requests["RuntimeConfig"]) == 1
+
+
+async def test_the_connection_keeps_the_configured_driver_when_unimplemented(
+    cri_server: ScriptedCri,
+) -> None:
+    serve_version(cri_server)  # RuntimeConfig unscripted: the server answers UNIMPLEMENTED
+    async with connected(cri_server.endpoint, "systemd") as connection:
+        assert await asyncio.wait_for(connection.cgroup_driver(), 5) == "systemd"
+    assert len(cri_server.requests["RuntimeConfig"]) == 1
+
+
+# The pod's cgroup parent follows the resolved driver.
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected_prefix"),
+    [
+        (SYSTEMD, "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"),
+        (CGROUPFS, "/kubepods/besteffort/pod"),
+    ],
+    ids=["runtime says systemd", "runtime says cgroupfs"],
+)
+async def test_a_sandbox_gets_the_cgroup_parent_of_the_runtimes_driver(
+    answer: int, expected_prefix: str
+) -> None:
+    runtime = FakeRuntime(clock=LoopClock())
+    runtime.cgroup_driver = answer
+
+    async def open_fake(_endpoint: str) -> Any:  # a FakeRuntime stands in for the CriClient
+        return runtime
+
+    configured: CgroupDriver = "cgroupfs" if answer == SYSTEMD else "systemd"
+    connection = RuntimeConnection(
+        endpoint="unix:///fake", opener=open_fake, cgroup_driver=configured
+    )
+    manager = RuntimeManager(
+        runtime=connection,
+        images=connection,
+        settings=PodRuntimeSettings(node_name="node-a", cgroup_driver=configured),
+        clock=LoopClock(),
+        files=MemoryFiles(),
+        cgroup_driver=connection.cgroup_driver,
+    )
+    task = asyncio.create_task(connection.run())
+    try:
+        p = pod("web")
+        state = await manager.pod_state(p.uid)
+        await manager.sync_pod(p, state, inputs=EnvInputs(), host_dns=ResolvConf())
+        [sandbox_id] = runtime.sandbox_ids
+        parent = runtime.sandbox_config(sandbox_id).linux.cgroup_parent
+        assert parent.startswith(expected_prefix)
+        assert manager.settings.cgroup_driver == ("systemd" if answer == SYSTEMD else "cgroupfs")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
