@@ -198,7 +198,13 @@ class KubeletConfiguration(Section, frozen=True):
         Duration, doc("Timeout of CRI calls (except pulls, logs, exec).")
     ] = dur("2m")
     cgroup_driver: Annotated[
-        Literal["cgroupfs", "systemd"], doc("How pod cgroups are created (`systemd`: slices).")
+        Literal["cgroupfs", "systemd"],
+        doc(
+            "How pod cgroups are named (`systemd`: slices). The runtime decides when it can "
+            "say: its CRI `RuntimeConfig` answer (containerd 2.0+, CRI-O 1.28+), else "
+            "containerd 1.x's runc `SystemdCgroup` option from a verbose `Status`; this "
+            "value is used only when the runtime reveals neither."
+        ),
     ] = "cgroupfs"
     cgroups_per_qos: Annotated[
         bool, doc("Create the QoS cgroup hierarchy (kubepods, burstable, besteffort).")

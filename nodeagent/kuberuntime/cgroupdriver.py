@@ -1,19 +1,26 @@
 """The cgroup driver from the runtime, as the kubelet's ``getCgroupDriverFromCRI``
-(``KubeletCgroupDriverFromCRI``, locked on since 1.34).
+(``KubeletCgroupDriverFromCRI``, locked on since 1.34), and one step further.
 
 The kubelet asks the runtime once, after ``Version``, with the ``RuntimeConfig`` RPC and uses
-its answer instead of ``cgroupDriver`` from its configuration. A runtime that does not implement
-the RPC (containerd before 2.0, e.g. Debian 12's 1.6.20) answers ``Unimplemented``: the
-configured driver stays. Any other error is retried twice, 2 s apart (the runtime may still be
-starting). Where the kubelet then refuses to start, nodeagent keeps the configured driver and
-logs an error naming the runtime's answer, so a node whose runtime misbehaves still runs.
+its answer instead of ``cgroupDriver`` from its configuration. Any error but ``Unimplemented``
+is retried twice, 2 s apart (the runtime may still be starting); where the kubelet then refuses
+to start, nodeagent keeps the configured driver and logs an error naming the runtime's answer.
 
-:func:`driver_from_runtime_config` is the pure decision; :func:`resolve_cgroup_driver` the call.
+A runtime that does not implement the RPC (containerd before 2.0, e.g. Debian 12's 1.6.20)
+leaves the kubelet on its configured driver, which must then match the runtime's by hand.
+nodeagent reads the runtime's own configuration instead, from a verbose CRI ``Status``
+(containerd reports its CRI plugin config there): the default runtime's
+``options.SystemdCgroup`` for runc. Only when that says nothing either (another runtime
+type, no config) does ``kubelet.cgroupDriver`` stay, with the kubelet's log line.
+
+:func:`driver_from_runtime_config` and :func:`driver_from_containerd_config` are the pure
+decisions; :func:`resolve_cgroup_driver` makes the calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -31,6 +38,14 @@ FALLBACK_MESSAGE: Final = (
     "Falling back to using cgroupDriver from kubelet config."
 )
 ADOPTED_MESSAGE: Final = "Using cgroup driver setting received from the CRI runtime"
+FROM_CONFIG_MESSAGE: Final = (
+    "CRI implementation should be updated to support RuntimeConfig. "
+    "Using the cgroup driver of the runtime's own configuration."
+)
+MISMATCH_MESSAGE: Final = (
+    "kubelet.cgroupDriver does not match the container runtime's cgroup driver; using the runtime's"
+)
+RUNC_V2: Final = "io.containerd.runc.v2"
 
 _BY_VALUE: Final[dict[int, CgroupDriver]] = {0: "systemd", 1: "cgroupfs"}  # CRI CgroupDriver
 
@@ -53,9 +68,64 @@ def driver_from_runtime_config(response: cri.RuntimeConfigResponse) -> CgroupDri
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConfiguredDriver:
+    driver: CgroupDriver
+    evidence: str  # the setting it was read from, e.g. "...options.SystemdCgroup=false"
+
+
+def driver_from_containerd_config(status: cri.StatusResponse) -> ConfiguredDriver | None:
+    """The driver of containerd's default runtime from a verbose ``Status``'s ``config``;
+    None when the runtime is not runc (io.containerd.runc.v2) or reports no configuration."""
+    try:
+        config = json.loads(status.info.get("config", "") or "{}")
+    except ValueError:
+        return None
+    containerd = config.get("containerd") if isinstance(config, dict) else None
+    if not isinstance(containerd, dict):
+        return None
+    name = containerd.get("defaultRuntimeName")
+    runtimes = containerd.get("runtimes")
+    runtime = runtimes.get(name) if isinstance(runtimes, dict) and isinstance(name, str) else None
+    if not isinstance(runtime, dict) or runtime.get("runtimeType") != RUNC_V2:
+        return None
+    options = runtime.get("options")
+    systemd = isinstance(options, dict) and options.get("SystemdCgroup") is True
+    return ConfiguredDriver(
+        driver="systemd" if systemd else "cgroupfs",
+        evidence=f"containerd.runtimes.{name}.options.SystemdCgroup={str(systemd).lower()}",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResolvedDriver:
     driver: CgroupDriver
-    source: Literal["runtime", "config"]
+    source: Literal["runtime", "runtime-config", "config"]
+
+
+def _mismatch(log: Logger, configured: CgroupDriver, runtime: CgroupDriver) -> None:
+    if runtime != configured:
+        log.warning(MISMATCH_MESSAGE, configured=configured, runtime=runtime)
+
+
+async def _from_status(
+    status: Callable[[], Awaitable[cri.StatusResponse]] | None,
+    *,
+    configured: CgroupDriver,
+    log: Logger,
+) -> ResolvedDriver:
+    """After ``Unimplemented``: the runtime's own configuration, else ``configured``."""
+    found = None
+    if status is not None:
+        try:
+            found = driver_from_containerd_config(await status())
+        except CriError as e:
+            log.v(2).info("Cannot read the runtime's configuration", error=e.status_text)
+    if found is None:
+        log.info(FALLBACK_MESSAGE, cgroup_driver=configured)
+        return ResolvedDriver(driver=configured, source="config")
+    log.info(FROM_CONFIG_MESSAGE, cgroup_driver=found.driver, setting=found.evidence)
+    _mismatch(log, configured, found.driver)
+    return ResolvedDriver(driver=found.driver, source="runtime-config")
 
 
 async def resolve_cgroup_driver(
@@ -63,17 +133,18 @@ async def resolve_cgroup_driver(
     *,
     configured: CgroupDriver,
     log: Logger,
+    status: Callable[[], Awaitable[cri.StatusResponse]] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> ResolvedDriver:
-    """Ask the runtime; the configured driver when it cannot say."""
+    """Ask the runtime; ``status`` (a verbose CRI ``Status``) is read when the runtime does not
+    implement ``RuntimeConfig``; the configured driver when neither can say."""
     log.v(4).info("Getting CRI runtime configuration information")
     error: CriError | None = None
     for attempt in range(ATTEMPTS):
         try:
             response = await runtime_config()
         except CriUnimplemented:
-            log.info(FALLBACK_MESSAGE, cgroup_driver=configured)
-            return ResolvedDriver(driver=configured, source="config")
+            return await _from_status(status, configured=configured, log=log)
         except CriError as e:
             error = e
             if attempt + 1 < ATTEMPTS:
@@ -91,13 +162,8 @@ async def resolve_cgroup_driver(
             return ResolvedDriver(driver=configured, source="config")
         if driver is None:
             return ResolvedDriver(driver=configured, source="config")
-        if driver != configured:
-            log.v(2).info(
-                "The runtime's cgroup driver overrides kubelet.cgroupDriver",
-                configured=configured,
-                runtime=driver,
-            )
         log.info(ADOPTED_MESSAGE, cgroup_driver=driver)
+        _mismatch(log, configured, driver)
         return ResolvedDriver(driver=driver, source="runtime")
     assert error is not None
     log.error(

@@ -4,7 +4,8 @@ and the composition root runs outside it.
 :class:`RuntimeConnection` implements ``RuntimeService`` and ``ImageService`` by delegating to
 a :class:`CriClient` that ``run()`` opens and validates (``Version`` first: runtime.v1 must be
 served), retrying every ``retry`` seconds while the runtime is unreachable. Once connected it
-asks the runtime for its cgroup driver (``RuntimeConfig``, see :mod:`.cgroupdriver`) before
+asks the runtime for its cgroup driver (``RuntimeConfig``, else its own configuration from a
+verbose ``Status``; see :mod:`.cgroupdriver`) before
 anything else may use the connection. Calls made before the connection is up wait for it.
 ``run()`` closes the client when cancelled.
 """
@@ -85,8 +86,12 @@ class RuntimeConnection:
                 "Connected to the container runtime",
                 runtime=f"{info.runtime_name}://{info.runtime_version}" if info else "",
             )
+            client = self._client
             self._driver = await resolve_cgroup_driver(
-                self._client.runtime_config, configured=self._configured_driver, log=self._log
+                client.runtime_config,
+                status=lambda: client.status(verbose=True),
+                configured=self._configured_driver,
+                log=self._log,
             )
             self._ready.set()
             await asyncio.Event().wait()

@@ -5,9 +5,9 @@ with the kubelet's log line; other errors are retried twice, 2 s apart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -18,7 +18,10 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.cgroupdriver import (
     ADOPTED_MESSAGE,
     FALLBACK_MESSAGE,
+    FROM_CONFIG_MESSAGE,
+    MISMATCH_MESSAGE,
     UnknownCgroupDriver,
+    driver_from_containerd_config,
     driver_from_runtime_config,
     resolve_cgroup_driver,
 )
@@ -29,6 +32,7 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.log import get_logger
 from nodeagent.log.facade import record_fields
+from nodeagent.testing.background import running
 from nodeagent.testing.fake_apiserver import LoopClock
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import MemoryFiles, pod
@@ -56,6 +60,54 @@ def test_the_runtime_config_names_the_driver(driver: int | None, expected: str |
 def test_an_unknown_driver_value_is_named() -> None:
     with pytest.raises(UnknownCgroupDriver, match="runtime returned an unknown cgroup driver 7"):
         driver_from_runtime_config(config_response(7))
+
+
+def containerd_status(config: object) -> cri.StatusResponse:
+    """A verbose Status as containerd 1.6 answers it: its CRI plugin config as JSON."""
+    text = config if isinstance(config, str) else json.dumps(config)
+    return cri.StatusResponse(info={"config": text})
+
+
+def runc(options: object, *, runtime_type: str = "io.containerd.runc.v2") -> dict[str, Any]:
+    return {
+        "sandboxImage": "localhost/pause:latest",
+        "containerd": {
+            "defaultRuntimeName": "runc",
+            "runtimes": {"runc": {"runtimeType": runtime_type, "options": options}},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (runc({"SystemdCgroup": True}), ("systemd", "runc.options.SystemdCgroup=true")),
+        (runc({"SystemdCgroup": False}), ("cgroupfs", "runc.options.SystemdCgroup=false")),
+        (runc({"BinaryName": "/usr/bin/runc"}), ("cgroupfs", "SystemdCgroup=false")),
+        (runc(None), ("cgroupfs", "SystemdCgroup=false")),
+        (runc({"SystemdCgroup": True}, runtime_type="io.containerd.kata.v2"), None),
+        ({"sandboxImage": "x"}, None),
+        ("not json", None),
+    ],
+    ids=[
+        "SystemdCgroup true",
+        "SystemdCgroup false",
+        "option not set: runc's default",
+        "no options section",
+        "not runc",
+        "no containerd section",
+        "not JSON",
+    ],
+)
+def test_containerds_own_configuration_names_the_driver(
+    config: object, expected: tuple[str, str] | None
+) -> None:
+    found = driver_from_containerd_config(containerd_status(config))
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.driver == expected[0] and found.evidence.endswith(expected[1])
 
 
 class Answers:
@@ -105,6 +157,45 @@ async def test_unimplemented_keeps_the_configuration_with_the_kubelets_line(
     )
     assert (resolved.driver, resolved.source) == ("systemd", "config")
     assert answers.calls == 1 and answers.slept == []
+    assert messages(caplog) == [(logging.INFO, FALLBACK_MESSAGE, "systemd")]
+
+
+async def test_without_runtime_config_the_runtimes_own_configuration_decides(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
+
+    async def status() -> cri.StatusResponse:
+        return containerd_status(runc({"SystemdCgroup": True}))
+
+    resolved = await resolve_cgroup_driver(
+        answers, status=status, configured="cgroupfs", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("systemd", "runtime-config")
+    assert messages(caplog) == [
+        (logging.INFO, FROM_CONFIG_MESSAGE, "systemd"),
+        (logging.WARNING, MISMATCH_MESSAGE, None),
+    ]
+    assert record_fields(caplog.records[0])["setting"] == (
+        "containerd.runtimes.runc.options.SystemdCgroup=true"
+    )
+    assert record_fields(caplog.records[1]) == {"configured": "cgroupfs", "runtime": "systemd"}
+
+
+async def test_a_runtime_that_says_nothing_of_its_driver_keeps_the_configuration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="nodeagent")
+    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
+
+    async def status() -> cri.StatusResponse:
+        return cri.StatusResponse()  # e.g. CRI-O before 1.28 or a runtime without runc
+
+    resolved = await resolve_cgroup_driver(
+        answers, status=status, configured="systemd", log=LOG, sleep=answers.sleep
+    )
+    assert (resolved.driver, resolved.source) == ("systemd", "config")
     assert messages(caplog) == [(logging.INFO, FALLBACK_MESSAGE, "systemd")]
 
 
@@ -158,15 +249,8 @@ def serve_version(cri_server: ScriptedCri) -> None:
     )
 
 
-@asynccontextmanager
-async def connected(endpoint: str, configured: CgroupDriver) -> AsyncIterator[RuntimeConnection]:
-    connection = RuntimeConnection(endpoint=endpoint, cgroup_driver=configured)
-    task = asyncio.create_task(connection.run())
-    try:
-        yield connection
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+def connected(endpoint: str, configured: CgroupDriver) -> AbstractAsyncContextManager[Any]:
+    return running(RuntimeConnection(endpoint=endpoint, cgroup_driver=configured))
 
 
 async def test_the_connection_adopts_the_driver_the_runtime_answers(
@@ -179,6 +263,18 @@ async def test_the_connection_adopts_the_driver_the_runtime_answers(
     async with connected(cri_server.endpoint, "cgroupfs") as connection:
         assert await asyncio.wait_for(connection.cgroup_driver(), 5) == "systemd"
     assert len(cri_server.requests["RuntimeConfig"]) == 1
+
+
+async def test_the_connection_reads_containerd_16s_configuration(
+    cri_server: ScriptedCri,
+) -> None:
+    serve_version(cri_server)  # RuntimeConfig unscripted: UNIMPLEMENTED, as containerd 1.6
+    cri_server.handlers["Status"] = lambda req, _ctx: api.StatusResponse(
+        info={"config": json.dumps(runc({"SystemdCgroup": True}))} if req.verbose else {}
+    )
+    async with connected(cri_server.endpoint, "cgroupfs") as connection:
+        assert await asyncio.wait_for(connection.cgroup_driver(), 5) == "systemd"
+    assert [r.verbose for r in cri_server.requests["Status"]] == [True]
 
 
 async def test_the_connection_keeps_the_configured_driver_when_unimplemented(
@@ -222,15 +318,11 @@ async def test_a_sandbox_gets_the_cgroup_parent_of_the_runtimes_driver(
         files=MemoryFiles(),
         cgroup_driver=connection.cgroup_driver,
     )
-    task = asyncio.create_task(connection.run())
-    try:
+    async with running(connection):
         p = pod("web")
         state = await manager.pod_state(p.uid)
         await manager.sync_pod(p, state, inputs=EnvInputs(), host_dns=ResolvConf())
-        [sandbox_id] = runtime.sandbox_ids
-        parent = runtime.sandbox_config(sandbox_id).linux.cgroup_parent
-        assert parent.startswith(expected_prefix)
-        assert manager.settings.cgroup_driver == ("systemd" if answer == SYSTEMD else "cgroupfs")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    [sandbox_id] = runtime.sandbox_ids
+    parent = runtime.sandbox_config(sandbox_id).linux.cgroup_parent
+    assert parent.startswith(expected_prefix)
+    assert manager.settings.cgroup_driver == ("systemd" if answer == SYSTEMD else "cgroupfs")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from nodeagent.log.facade import record_fields
 from nodeagent.staticpods import FileSource
+from nodeagent.testing.background import running
 from nodeagent.testing.fake_apiserver import LoopClock
 from nodeagent.testing.fake_manifests import DIRECTORY, MemoryManifests
 
@@ -39,16 +38,6 @@ def source(manifests: MemoryManifests) -> FileSource:
     return FileSource(
         path=DIRECTORY, node_name=NODE, clock=LoopClock(), period=20.0, reader=manifests
     )
-
-
-@contextlib.asynccontextmanager
-async def running(src: FileSource) -> AsyncIterator[FileSource]:
-    task = asyncio.create_task(src.run())
-    try:
-        yield src
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def names(source: FileSource) -> list[str]:
