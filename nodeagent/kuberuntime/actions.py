@@ -11,6 +11,7 @@ back-off is applied by the executor when it starts a container, as the kubelet's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from nodeagent.kuberuntime.labels import container_hash
 from nodeagent.kuberuntime.runtime_state import (
@@ -20,6 +21,11 @@ from nodeagent.kuberuntime.runtime_state import (
     SandboxRecord,
 )
 from nodeagent.podspec import Container, Pod
+
+# The Killing event's message for a container whose state the runtime lost (the kubelet's
+# ``fmt.Sprintf("Container is in %q state, ...", ContainerStateUnknown)``).
+UNKNOWN_KILL: Final = 'Container is in "unknown" state, try killing it before restart'
+UNKNOWN_INIT_KILL: Final = 'Init container is in "unknown" state, try killing it before restart'
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,7 @@ def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
             return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
         kills: tuple[KillContainer, ...] = ()
         if last_failed is not None and last_failed.state is ContainerState.UNKNOWN:
-            kills = (KillContainer(last_failed.id, last_failed.name, "unknown state"),)
+            kills = (KillContainer(last_failed.id, last_failed.name, UNKNOWN_INIT_KILL),)
         return PodActions(
             sandbox_id=sandbox_id,
             attempt=attempt,
@@ -147,7 +153,7 @@ def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
             if should_container_be_restarted(container, pod, state):
                 to_start.append(container.name)
                 if record is not None and record.state is ContainerState.UNKNOWN:
-                    to_kill.append(KillContainer(record.id, record.name, "unknown state"))
+                    to_kill.append(KillContainer(record.id, record.name, UNKNOWN_KILL))
             continue
         if record.hash and record.hash != container_hash(container):
             message = f"Container {container.name} definition changed, will be restarted"

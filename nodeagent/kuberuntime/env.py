@@ -72,6 +72,53 @@ def format_map(values: Mapping[str, str]) -> str:
     return "\n".join(f"{k}={json.dumps(values[k])}" for k in sorted(values))
 
 
+# The labels ``ConvertDownwardAPIFieldLabel`` (pkg/apis/core/pods) lets through; the kubelet
+# then resolves only some of them (spec.restartPolicy, spec.schedulerName and status.phase end
+# in "unsupported fieldPath").
+_DOWNWARD_API_LABELS: Final = frozenset(
+    {
+        "metadata.annotations",
+        "metadata.labels",
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.serviceAccountName",
+        "spec.schedulerName",
+        "status.phase",
+        "status.hostIP",
+        "status.hostIPs",
+        "status.podIP",
+        "status.podIPs",
+    }
+)
+
+
+def _split_subscript(field_path: str) -> tuple[str, str] | None:
+    """``metadata.labels['k']`` -> (``metadata.labels``, ``k``); None without a subscript."""
+    path, bracket, rest = field_path.partition("[")
+    if bracket and rest.endswith("]") and len(rest) > 2 and rest[0] == rest[-2] == "'":
+        return path, rest[1:-2]
+    return None
+
+
+def convert_field_label(api_version: str, field_path: str) -> str:
+    """The internal field path of a ``fieldRef``, with the kubelet's errors."""
+    if api_version != "v1":
+        raise ContainerConfigError(f"unsupported pod version: {api_version}")
+    split = _split_subscript(field_path)
+    if split is not None:
+        if split[0] in ("metadata.annotations", "metadata.labels"):
+            return field_path
+        raise ContainerConfigError(f"field label does not support subscript: {field_path}")
+    if field_path == "spec.host":  # old v1 clients' name for spec.nodeName
+        return "spec.nodeName"
+    if field_path not in _DOWNWARD_API_LABELS:
+        raise ContainerConfigError(f"field label not supported: {field_path}")
+    return field_path
+
+
 def field_value(field_path: str, pod: Pod, inputs: EnvInputs) -> str:
     simple = {
         "spec.nodeName": pod.spec.node_name,
@@ -88,9 +135,9 @@ def field_value(field_path: str, pod: Pod, inputs: EnvInputs) -> str:
     }
     if field_path in simple:
         return simple[field_path]
-    path, bracket, rest = field_path.partition("[")
-    if bracket and rest.endswith("]") and len(rest) > 2 and rest[0] == rest[-2] == "'":
-        key = rest[1:-2]
+    split = _split_subscript(field_path)
+    if split is not None:
+        path, key = split
         if path == "metadata.labels":
             return pod.metadata.labels.get(key, "")
         if path == "metadata.annotations":
@@ -148,7 +195,8 @@ def _keyed(
 
 def _value_from(src: EnvVarSource, pod: Pod, container: Container, inputs: EnvInputs) -> str | None:
     if src.field_ref is not None:
-        return field_value(src.field_ref.field_path, pod, inputs)
+        ref = src.field_ref
+        return field_value(convert_field_label(ref.api_version, ref.field_path), pod, inputs)
     if src.resource_field_ref is not None:
         return resource_value(src.resource_field_ref, pod, container, inputs)
     if src.config_map_key_ref is not None:

@@ -3,8 +3,10 @@
 ``imagePullPolicy`` decides: ``Never`` uses a present image or fails with
 ``ErrImageNeverPull``; ``IfNotPresent`` pulls when absent; ``Always`` pulls every time. A failed
 pull gives ``ErrImagePull`` with the runtime's message and starts a back-off (10s doubling to
-300s per pod and image); while it lasts the container waits with ``ImagePullBackOff``
-(``Back-off pulling image "<image>"``).
+300s per pod and image); while it lasts the container waits with ``ImagePullBackOff``, whose
+message carries the failed pull's error as the kubelet 1.36 reports it
+(``Back-off pulling image "<image>": ErrImagePull: rpc error: ...``; the ``BackOff`` event
+keeps the short ``Back-off pulling image "<image>"``).
 
 Events as the kubelet's image manager records them, about the container (``Pulling``,
 ``Pulled``, ``Failed``, ``BackOff``, ``ErrImageNeverPull``, ``InspectFailed``). ``Pulled``
@@ -51,6 +53,14 @@ class ImageManager:
         self._images = images
         self._backoff = backoff
         self._monotonic = monotonic
+        self._pull_errors: dict[str, str] = {}  # back-off key -> "ErrImagePull: <error>"
+
+    def forget(self, uid: str) -> None:
+        """Drop a deleted pod's pull back-offs and pull errors."""
+        prefix = image_key(uid=uid, image="")
+        self._backoff.forget(prefix)
+        for key in [k for k in self._pull_errors if k.startswith(prefix)]:
+            del self._pull_errors[key]
 
     async def ensure_image(
         self,
@@ -91,7 +101,10 @@ class ImageManager:
         if wait > 0:
             message = f'Back-off pulling image "{image}"'
             event("Normal", "BackOff", message)
+            if previous := self._pull_errors.get(key):
+                message = f"{message}: {previous}"
             raise ImageFailure(ContainerFailure(IMAGE_PULL_BACK_OFF, message), retry_in=wait)
+        self._pull_errors.pop(key, None)
         event("Normal", "Pulling", f'Pulling image "{image}"')
         started = self._monotonic()
         try:
@@ -100,6 +113,7 @@ class ImageManager:
             self._backoff.next(key, self._backoff.now())
             event("Warning", "Failed", f'Failed to pull image "{image}": {e.status_text}')
             failure = ContainerFailure(ERR_IMAGE_PULL, e.status_text)
+            self._pull_errors[key] = f"{ERR_IMAGE_PULL}: {e.status_text}"
             # Sync again shortly: the container then waits with ImagePullBackOff until the
             # back-off expires, as the kubelet's next sync reports it.
             raise ImageFailure(failure, retry_in=PULL_FAILURE_RESYNC) from e

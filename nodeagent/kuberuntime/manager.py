@@ -118,6 +118,7 @@ class RuntimeManager:
     def forget(self, uid: str) -> None:
         """Drop a deleted pod's back-offs."""
         self._backoff.forget(uid)
+        self._images.forget(uid)
 
     # --- reading ------------------------------------------------------------------------
 

@@ -104,6 +104,7 @@ def test_downward_api_field_refs() -> None:
         "NS": "metadata.namespace",
         "UID": "metadata.uid",
         "NODE": "spec.nodeName",
+        "HOST": "spec.host",  # old v1 clients' name for spec.nodeName
         "SA": "spec.serviceAccountName",
         "POD_IP": "status.podIP",
         "POD_IPS": "status.podIPs",
@@ -128,6 +129,7 @@ def test_downward_api_field_refs() -> None:
         "NS": "shop",
         "UID": "u-1",
         "NODE": "node-a",
+        "HOST": "node-a",
         "SA": "robot",
         "POD_IP": "10.88.0.5",
         "POD_IPS": "10.88.0.5,fd00::5",
@@ -208,8 +210,23 @@ def test_env_from_config_map_and_secret_then_env_overrides() -> None:
         ),
         pytest.param(
             [{"name": "X", **field("status.nothing")}],
-            "unsupported fieldPath: status.nothing",
-            id="unsupported field path",
+            "field label not supported: status.nothing",
+            id="unknown field path",
+        ),
+        pytest.param(
+            [{"name": "X", **field("status.phase")}],
+            "unsupported fieldPath: status.phase",
+            id="a field label the kubelet does not resolve",
+        ),
+        pytest.param(
+            [{"name": "X", **field("spec.nodeSelector['zone']")}],
+            "field label does not support subscript: spec.nodeSelector['zone']",
+            id="subscript on a field without keys",
+        ),
+        pytest.param(
+            [{"name": "X", "valueFrom": {"fieldRef": {"apiVersion": "v2", "fieldPath": "x"}}}],
+            "unsupported pod version: v2",
+            id="field reference of another API version",
         ),
         pytest.param(
             [{"name": "X", **resource("limits.gpu")}],

@@ -256,3 +256,24 @@ def test_host_network_change_needs_a_new_sandbox() -> None:
     assert (actions.create_sandbox, actions.attempt) == (True, 1)
     same = compute_pod_actions(spec, runtime(sb(host=True, ip="")))
     assert same.create_sandbox is False
+
+
+def test_a_container_in_unknown_state_is_killed_with_the_kubelets_message() -> None:
+    lost = ctr("b", UNKNOWN)
+    actions = compute_pod_actions(two(), runtime(sb(), containers=(ctr("a", RUNNING), lost)))
+    assert actions.containers_to_kill == (
+        KillContainer(
+            lost.id, "b", 'Container is in "unknown" state, try killing it before restart'
+        ),
+    )
+
+
+def test_an_init_container_in_unknown_state_is_killed_with_the_kubelets_message() -> None:
+    lost = ctr("i1", UNKNOWN)
+    actions = compute_pod_actions(with_init(), runtime(sb(), containers=(lost,)))
+    assert actions.next_init_container == "i1"
+    assert actions.containers_to_kill == (
+        KillContainer(
+            lost.id, "i1", 'Init container is in "unknown" state, try killing it before restart'
+        ),
+    )
