@@ -20,6 +20,7 @@ from nodeagent.kuberuntime.cgroupdriver import (
     FALLBACK_MESSAGE,
     FROM_CONFIG_MESSAGE,
     MISMATCH_MESSAGE,
+    ResolvedDriver,
     UnknownCgroupDriver,
     driver_from_containerd_config,
     driver_from_runtime_config,
@@ -160,18 +161,26 @@ async def test_unimplemented_keeps_the_configuration_with_the_kubelets_line(
     assert messages(caplog) == [(logging.INFO, FALLBACK_MESSAGE, "systemd")]
 
 
+async def without_runtime_config(
+    status: cri.StatusResponse, *, configured: CgroupDriver
+) -> ResolvedDriver:
+    """Resolve with a runtime that answers RuntimeConfig Unimplemented and ``status``."""
+    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
+
+    async def verbose_status() -> cri.StatusResponse:
+        return status
+
+    return await resolve_cgroup_driver(
+        answers, status=verbose_status, configured=configured, log=LOG, sleep=answers.sleep
+    )
+
+
 async def test_without_runtime_config_the_runtimes_own_configuration_decides(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="nodeagent")
-    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
-
-    async def status() -> cri.StatusResponse:
-        return containerd_status(runc({"SystemdCgroup": True}))
-
-    resolved = await resolve_cgroup_driver(
-        answers, status=status, configured="cgroupfs", log=LOG, sleep=answers.sleep
-    )
+    status = containerd_status(runc({"SystemdCgroup": True}))
+    resolved = await without_runtime_config(status, configured="cgroupfs")
     assert (resolved.driver, resolved.source) == ("systemd", "runtime-config")
     assert messages(caplog) == [
         (logging.INFO, FROM_CONFIG_MESSAGE, "systemd"),
@@ -187,14 +196,8 @@ async def test_a_runtime_that_says_nothing_of_its_driver_keeps_the_configuration
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="nodeagent")
-    answers = Answers(CriUnimplemented("no", rpc="RuntimeConfig", code="Unimplemented"))
-
-    async def status() -> cri.StatusResponse:
-        return cri.StatusResponse()  # e.g. CRI-O before 1.28 or a runtime without runc
-
-    resolved = await resolve_cgroup_driver(
-        answers, status=status, configured="systemd", log=LOG, sleep=answers.sleep
-    )
+    # e.g. CRI-O before 1.28, or a runtime that is not runc: no config in its Status
+    resolved = await without_runtime_config(cri.StatusResponse(), configured="systemd")
     assert (resolved.driver, resolved.source) == ("systemd", "config")
     assert messages(caplog) == [(logging.INFO, FALLBACK_MESSAGE, "systemd")]
 
