@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -43,6 +42,7 @@ from nodeagent.gc.imagepolicy import (
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
+from nodeagent.kuberuntime.statusinfo import runtime_config_of
 from nodeagent.log import Logger, get_logger
 
 FREE_DISK_SPACE_FAILED: Final = "FreeDiskSpaceFailed"
@@ -74,11 +74,7 @@ def listed_image(image: cri.Image) -> ListedImage:
 
 def sandbox_image_of(status: cri.StatusResponse) -> str:
     """containerd's ``sandboxImage`` from a verbose ``Status`` (empty when not given)."""
-    try:
-        config = json.loads(status.info.get("config", "") or "{}")
-    except ValueError:
-        return ""
-    value = config.get("sandboxImage", "") if isinstance(config, dict) else ""
+    value = runtime_config_of(status).get("sandboxImage", "")
     return value if isinstance(value, str) else ""
 
 

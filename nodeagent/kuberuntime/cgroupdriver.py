@@ -20,7 +20,6 @@ decisions; :func:`resolve_cgroup_driver` makes the calls.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -28,6 +27,7 @@ from typing import Final, Literal
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError, CriUnimplemented
 from nodeagent.kuberuntime.podsettings import CgroupDriver
+from nodeagent.kuberuntime.statusinfo import runtime_config_of
 from nodeagent.log import Logger
 
 ATTEMPTS: Final = 3
@@ -76,11 +76,7 @@ class ConfiguredDriver:
 def driver_from_containerd_config(status: cri.StatusResponse) -> ConfiguredDriver | None:
     """The driver of containerd's default runtime from a verbose ``Status``'s ``config``;
     None when the runtime is not runc (io.containerd.runc.v2) or reports no configuration."""
-    try:
-        config = json.loads(status.info.get("config", "") or "{}")
-    except ValueError:
-        return None
-    containerd = config.get("containerd") if isinstance(config, dict) else None
+    containerd = runtime_config_of(status).get("containerd")
     if not isinstance(containerd, dict):
         return None
     name = containerd.get("defaultRuntimeName")

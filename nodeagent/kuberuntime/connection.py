@@ -5,9 +5,9 @@ and the composition root runs outside it.
 a :class:`CriClient` that ``run()`` opens and validates (``Version`` first: runtime.v1 must be
 served), retrying every ``retry`` seconds while the runtime is unreachable. Once connected it
 asks the runtime for its cgroup driver (``RuntimeConfig``, else its own configuration from a
-verbose ``Status``; see :mod:`.cgroupdriver`) before
-anything else may use the connection. Calls made before the connection is up wait for it.
-``run()`` closes the client when cancelled.
+verbose ``Status``; see :mod:`.cgroupdriver`) before anything else may use the connection.
+Calls made before the connection is up wait for it. ``run()`` closes the client when
+cancelled.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import json
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import final
+from typing import cast, final
 
 from nodeagent.clock import Clock, FrozenClock
 from nodeagent.kuberuntime import types as cri
@@ -339,7 +339,8 @@ class FakeRuntime(_FakeImages):
     async def runtime_config(self) -> cri.RuntimeConfigResponse:
         self._enter("RuntimeConfig")
         response = cri.RuntimeConfigResponse()
-        response.linux.cgroup_driver = self.cgroup_driver  # type: ignore[assignment]
+        # The stubs type enum fields as the enum class; on the wire it is a plain int.
+        response.linux.cgroup_driver = cast(cri.CgroupDriver, self.cgroup_driver)
         return response
 
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig, runtime_handler: str = "") -> str:

@@ -8,7 +8,7 @@ import asyncio
 import json
 import logging
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from scripted_cri import ScriptedCri
@@ -45,7 +45,8 @@ SYSTEMD, CGROUPFS = 0, 1  # CRI CgroupDriver values
 def config_response(driver: int | None) -> cri.RuntimeConfigResponse:
     response = cri.RuntimeConfigResponse()
     if driver is not None:
-        response.linux.cgroup_driver = driver  # type: ignore[assignment]
+        # The stubs type the field as the enum class; any int (even unknown) goes on the wire.
+        response.linux.cgroup_driver = cast(api.CgroupDriver, driver)
     return response
 
 
