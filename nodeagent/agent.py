@@ -30,7 +30,7 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
-from nodeagent.pods import pod_managers
+from nodeagent.pods.managers import pod_managers
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.status import GracePeriodZeroDeleter

@@ -23,8 +23,8 @@ from nodeagent.kuberuntime.env import (
 )
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.sandbox import namespace_options
+from nodeagent.pods.qos import container_oom_score_adj
 from nodeagent.podspec import Container, Pod
-from nodeagent.qos import container_oom_score_adj
 from nodeagent.quantity import milli_value, value
 
 MIN_SHARES: Final = 2

@@ -1,6 +1,6 @@
 """A node running the pod managers on the real containerd, for integration tests.
 
-``running_node(containerd, tmp_path, events=...)`` wires the pod managers as ``nodeagent.pods``
+``running_node(containerd, tmp_path, events=...)`` wires the pod managers as ``pods.managers``
 wires them for ``agent.build`` (optionally with an event sink, as ``agent.build`` passes the
 node's ``EventRecorder``) against the private containerd of the ``containerd`` fixture; the API
 is the in-memory ``FakeApiServer`` on the real clock. Every pod cgroup lives under a per-node
@@ -32,7 +32,7 @@ from nodeagent.kuberuntime import CriClient
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
-from nodeagent.pods import PodManagers, pod_managers
+from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import pod_object
 

@@ -1,7 +1,7 @@
 """Bad pod specs on the real containerd, reported as the kubelet reports them: the waiting
 reason in the container status and the Events, while a good pod on the same node runs.
 
-The pod managers are wired as ``nodeagent.pods`` wires them for ``agent.build``, with the
+The pod managers are wired as ``nodeagent.pods.managers`` wires them for ``agent.build``, with the
 node's ``EventRecorder`` as their event sink, against the private containerd of the
 ``containerd`` fixture (containerd 1.6 + runc here); the API is the in-memory
 ``FakeApiServer`` on the real clock (``podnode``).

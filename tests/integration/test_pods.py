@@ -1,4 +1,4 @@
-"""Pods on the real containerd: the pod managers, wired as ``nodeagent.pods`` wires them for
+"""Pods on the real containerd: the pod managers, wired as ``pods.managers`` wires them for
 ``agent.build``, against the private containerd of the ``containerd`` fixture.
 
 The API side is the in-memory ``FakeApiServer`` on the real clock: pods are created in it as
@@ -40,7 +40,7 @@ from nodeagent.config import Config
 from nodeagent.kuberuntime import CriClient
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
-from nodeagent.pods import PodManagers, pod_managers
+from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container

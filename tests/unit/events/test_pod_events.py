@@ -19,13 +19,13 @@ from nodeagent.kuberuntime.errors import CriUnknown
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import go_duration
-from nodeagent.pleg import GenericPleg
+from nodeagent.pods.pleg import GenericPleg
+from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.syncloop import PodsChanged, SyncEvents, SyncLoop
+from nodeagent.pods.workers import PodWorkers
 from nodeagent.podspec import Pod, decode_pod
-from nodeagent.podsync import ApiEnvSource, PodSync
-from nodeagent.podworkers import PodWorkers
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
-from nodeagent.syncloop import PodsChanged, SyncEvents, SyncLoop
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX, MemoryFiles, container, pod_object

@@ -15,7 +15,7 @@ from nodeagent.gc import ImageGC, ImageList, PodPresence, gc_managers
 from nodeagent.gc.setup import image_gc_policy
 from nodeagent.kuberuntime.errors import cri_error
 from nodeagent.manager import NullManager
-from nodeagent.pods import pod_managers
+from nodeagent.pods.managers import pod_managers
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
 

@@ -15,12 +15,12 @@ from nodeagent.apiserver import NODES, PODS, WatchCache
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pleg import GenericPleg
-from nodeagent.podsync import ApiEnvSource, PodSync
-from nodeagent.podworkers import PodWorkers
+from nodeagent.pods.pleg import GenericPleg
+from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
+from nodeagent.pods.workers import PodWorkers
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
-from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX, MemoryFiles

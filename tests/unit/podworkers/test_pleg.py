@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from nodeagent.kuberuntime import types as cri
-from nodeagent.pleg import EventType, GenericPleg, PodLifecycleEvent
+from nodeagent.pods.pleg import EventType, GenericPleg, PodLifecycleEvent
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX
 

@@ -1,4 +1,4 @@
-"""The pods stack with static pods, wired as ``nodeagent.pods`` wires it, over the fakes in
+"""The pods stack with static pods, wired as ``nodeagent.pods.managers`` wires it, over the fakes in
 virtual time: ``MemoryManifests`` for the manifest directory, ``FakeApiServer`` for the API
 (``None``: a standalone node) and ``FakeRuntime`` for containerd."""
 
@@ -16,9 +16,10 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pleg import GenericPleg
-from nodeagent.podsync import ApiEnvSource, PodSync
-from nodeagent.podworkers import PodWorkers
+from nodeagent.pods.pleg import GenericPleg
+from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable
+from nodeagent.pods.workers import PodWorkers
 from nodeagent.staticpods import (
     FileSource,
     MirrorIndex,
@@ -29,7 +30,6 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
-from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable
 from nodeagent.testing.fake_apiserver import FakeApiServer, LoopClock
 from nodeagent.testing.fake_manifests import DIRECTORY, MemoryManifests
 from nodeagent.testing.fake_runtime import FakeRuntime

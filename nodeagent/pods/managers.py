@@ -24,9 +24,10 @@ from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
-from nodeagent.pleg import GenericPleg
-from nodeagent.podsync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
-from nodeagent.podworkers import PodWorkers
+from nodeagent.pods.pleg import GenericPleg
+from nodeagent.pods.sync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
+from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
+from nodeagent.pods.workers import PodWorkers
 from nodeagent.staticpods import (
     FileSource,
     MirrorIndex,
@@ -37,7 +38,6 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
-from nodeagent.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 
 
 def _memory_bytes() -> int:

@@ -26,14 +26,14 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from nodeagent.admission import admit_pod
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.log import Logger, get_logger
-from nodeagent.pleg import GenericPleg, PodLifecycleEvent
+from nodeagent.pods.admission import admit_pod
+from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
+from nodeagent.pods.sync import PodSync, rfc3339
+from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
 from nodeagent.podspec import Pod, decode_pod
-from nodeagent.podsync import PodSync, rfc3339
-from nodeagent.podworkers import TERMINAL_PHASES, PodWorkers
 from nodeagent.status import StatusManager, rejected_status
 
 HOUSEKEEPING_PERIOD: Final = 2.0

@@ -32,8 +32,8 @@ from nodeagent.kuberuntime.podsettings import ResolvConf
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
-from nodeagent.podworkers import SyncOutcome
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
 
