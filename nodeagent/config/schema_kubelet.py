@@ -213,6 +213,9 @@ class KubeletConfiguration(Section, frozen=True):
     fail_cgroup_v1: Annotated[
         bool, doc("Refuse to start on a cgroup v1 host (kubelet default since 1.35).")
     ] = field(name="failCgroupV1", default=True)
+    seccomp_default: Annotated[
+        bool, doc("Run containers without a `seccompProfile` under the runtime's default profile.")
+    ] = False
     # --- resources, eviction, swap --------------------------------------------------------
     kube_reserved: Annotated[
         dict[str, str], doc("Resources (cpu, memory, ephemeral-storage, pid) kept for node agents.")
