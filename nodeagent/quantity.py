@@ -3,6 +3,13 @@
 The pod workers, QoS and admission need the same arithmetic as the kubelet's
 ``resource.Quantity``: ``milli_value`` and ``value`` round up, as ``MilliValue()`` / ``Value()``
 do. Pure functions, no I/O.
+
+Parsing takes bounded time whatever the input: the grammar is Kubernetes' (ASCII digits only,
+an integer exponent that fits an int32), the text is at most ``MAX_LENGTH`` characters, and a
+quantity larger in magnitude than ``MAX_MAGNITUDE`` (2^63-1, the limit resource.Quantity
+documents) is rejected before any big number is built, except that a binary-suffixed one
+(``8Ei``) is capped to it, as ``ParseQuantity`` caps. Like ``ParseQuantity``, a non-zero
+amount finer than a nano-unit is rounded up (away from zero) to whole nano-units.
 """
 
 from __future__ import annotations
@@ -12,38 +19,92 @@ import re
 from fractions import Fraction
 from typing import Final
 
-_QUANTITY: Final = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+|[a-zA-Z]*)")
-_SUFFIX: Final = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+MAX_LENGTH: Final = 128
+MAX_MAGNITUDE: Final = 2**63 - 1
+_SHOWN: Final = 100
+_INT32: Final = 2**31
+_NANO: Final = 10**9
+# Kubernetes' quantity grammar with ASCII digits only (Python's \d would take any Unicode digit).
+_QUANTITY: Final = re.compile(
+    r"([+-]?)([0-9]*)(?:\.([0-9]*))?"
+    r"(?:([eE])([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|))",
+    re.ASCII,
+)
+_DECIMAL: Final = {
+    **{"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6},
+    **{"G": 9, "T": 12, "P": 15, "E": 18},
 }
+_BINARY: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+FORMAT_MESSAGE: Final = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for an error message, cut to its first 100 characters."""
+    if len(text) <= _SHOWN:
+        return repr(text)
+    return f"{text[:_SHOWN]!r}... ({len(text)} characters)"
 
 
 def parse_quantity(text: str | int | float) -> Fraction:
     """``"100Mi"`` -> 104857600, ``"500m"`` -> 1/2. Raises ValueError on anything else."""
     if isinstance(text, int | float):
-        return Fraction(text)
-    match = _QUANTITY.fullmatch(text.strip())
-    if match is None or (match.group(2) not in _SUFFIX and match.group(2)[:1] not in "eE"):
-        raise ValueError(f"quantities must match the regular expression, got {text!r}")
-    number, suffix = Fraction(match.group(1)), match.group(2)
-    if suffix[:1] in ("e", "E"):
-        return number * Fraction(10) ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
+        return _number(text)
+    if not isinstance(text, str):
+        raise ValueError(f"a quantity must be a string or a number, got {type(text).__name__}")
+    body = text.strip()
+    if len(body) > MAX_LENGTH:
+        raise ValueError(f"a quantity is at most {MAX_LENGTH} characters, got {shown(text)}")
+    match = _QUANTITY.fullmatch(body)
+    if match is None or not (match.group(2) or match.group(3)):
+        raise ValueError(f"{FORMAT_MESSAGE}, got {shown(text)}")
+    sign, whole, frac, e, exponent, suffix = match.groups()
+    frac = frac or ""
+    mantissa = int(whole + frac or "0")
+    if e:
+        power = int(exponent)  # at most MAX_LENGTH digits: cheap
+        if not -_INT32 <= power < _INT32:
+            raise ValueError(f"unable to parse quantity's suffix, got {shown(text)}")
+        ten, two = power - len(frac), 0
+    elif suffix in _BINARY:
+        ten, two = -len(frac), _BINARY[suffix]
+    else:
+        ten, two = _DECIMAL[suffix] - len(frac), 0
+    amount = _scaled(mantissa, ten, two, text)
+    return -amount if sign == "-" else amount
+
+
+def _scaled(mantissa: int, ten: int, two: int, text: str) -> Fraction:
+    """``mantissa * 10**ten * 2**two``, refused above MAX_MAGNITUDE, rounded up to nano-units."""
+    if mantissa == 0:
+        return Fraction(0)
+    digits = len(str(mantissa))
+    # mantissa * 10**ten >= 10**(digits - 1 + ten); 2**two <= 2**60 < 10**19.
+    if digits - 1 + ten > 18:
+        if two:
+            return Fraction(MAX_MAGNITUDE)
+        raise _too_large(text)
+    if digits + ten + 19 < -9:  # smaller than one nano-unit: round up to it
+        return Fraction(1, _NANO)
+    amount = Fraction(mantissa) * Fraction(10) ** ten * 2**two
+    if amount > MAX_MAGNITUDE:
+        if two:
+            return Fraction(MAX_MAGNITUDE)
+        raise _too_large(text)
+    return Fraction(math.ceil(amount * _NANO), _NANO)
+
+
+def _too_large(text: str) -> ValueError:
+    return ValueError(f"a quantity may be at most {MAX_MAGNITUDE} in magnitude, got {shown(text)}")
+
+
+def _number(number: int | float) -> Fraction:
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError(f"a quantity must be a finite number, got {number}")
+    if abs(number) > MAX_MAGNITUDE:
+        raise ValueError(f"a quantity may be at most {MAX_MAGNITUDE} in magnitude")
+    return Fraction(number)
 
 
 def milli_value(text: str | int | float) -> int:

@@ -8,10 +8,10 @@ Paths are written the way the user wrote the field: ``kubelet.maxPods``,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from nodeagent.config.units import Duration
+from nodeagent.config.units import Duration, quoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,19 @@ def under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith((prefix + ".", prefix + "["))
 
 
-def show(value: object) -> str:
-    """A value as the user would write it in YAML: ``"cgroupsfs"``, ``15s``, ``true``."""
+def show(value: object, *, limit: int = 100) -> str:
+    """A value as the user would write it in YAML: ``"cgroupsfs"``, ``15s``, ``true``.
+
+    Cut to about ``limit`` characters (a long string keeps its first 100 and its length), so
+    a message never echoes a whole file.
+    """
+    if isinstance(value, str) and limit <= 100:
+        return quoted(value)
+    text = _show(value, limit + 1)
+    return text if len(text) <= limit + 1 else text[:limit] + "..."
+
+
+def _show(value: object, budget: int) -> str:
     if isinstance(value, Duration):
         return str(value)
     if isinstance(value, bool):
@@ -53,12 +64,23 @@ def show(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return quoted(value) if budget <= 101 else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int) and value.bit_length() > 300:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
+        return _joined("{", ((f"{str(k)[:budget]}: ", v) for k, v in value.items()), "}", budget)
     if isinstance(value, Sequence):
-        return "[" + ", ".join(show(v) for v in value) + "]"
-    return str(value)
+        return _joined("[", (("", v) for v in value), "]", budget)
+    return str(value)[: budget + 1]
+
+
+def _joined(left: str, parts: Iterator[tuple[str, object]], right: str, budget: int) -> str:
+    out = left
+    for i, (label, v) in enumerate(parts):
+        if len(out) > budget:
+            return out + "..."
+        out += (", " if i else "") + label[:budget] + _show(v, budget - len(out))
+    return out + right
 
 
 def one_of(allowed: Sequence[object]) -> str:

@@ -112,7 +112,7 @@ def _flags_table() -> str:
 
 def _gates_table() -> str:
     rows = ["## Feature gates (`kubelet.featureGates`)", "", "| Gate | Default |", "|---|---|"]
-    rows += [f"| `{name}` | `{show(on)}` |" for name, on in features.DEFAULTS.items()]
+    rows += [f"| `{name}` | `{show(on, limit=10_000)}` |" for name, on in features.DEFAULTS.items()]
     return "\n".join(rows) + "\n\nAny other gate name is an error.\n"
 
 
@@ -136,7 +136,8 @@ def _leaves(
         if isinstance(typ, inspect.StructType):
             yield from _leaves(path, typ, default)
             continue
-        yield path, typ, "required" if f.required else f"`{show(default)}`", _description(f)
+        shown = "required" if f.required else f"`{show(default, limit=10_000)}`"
+        yield path, typ, shown, _description(f)
         item = _unwrap(typ.item_type) if isinstance(typ, inspect.VarTupleType) else None
         if isinstance(item, inspect.StructType):
             yield from _leaves(f"{path}[]", item, struct_default=None)

@@ -24,9 +24,18 @@ _NS_PER: Final = {
     "m": 60_000_000_000,
     "h": 3_600_000_000_000,
 }
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+MAX_TEXT: Final = 100  # longer durations, quantities and percentages are refused unparsed
 _INT64_MAX: Final = 2**63 - 1
+SHOWN: Final = 100
 DURATION_HELP: Final = "a duration such as 300ms, 10s, 1m30s or 2h (units ns, us, ms, s, m, h)"
+
+
+def quoted(text: str) -> str:
+    """``text`` as a JSON string for a message, cut to its first 100 characters."""
+    if len(text) <= SHOWN:
+        return json.dumps(text, ensure_ascii=False)
+    return f"{json.dumps(text[:SHOWN], ensure_ascii=False)}... ({len(text)} characters)"
 
 
 @final
@@ -67,6 +76,8 @@ class Duration:
     @classmethod
     def parse(cls, text: str) -> Duration:
         """Parse Go duration syntax; ``ValueError`` if ``text`` is not one."""
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"{quoted(text)} is too long for {DURATION_HELP}")
         body = text
         sign = 1
         if body and body[0] in "+-":
@@ -83,12 +94,10 @@ class Duration:
             total += Fraction(m.group(1)) * _NS_PER[m.group(2)]
             pos = m.end()
         if not body or pos != len(body):
-            raise ValueError(f"{json.dumps(text)} is not {DURATION_HELP}")
+            raise ValueError(f"{quoted(text)} is not {DURATION_HELP}")
         ns = int(total)  # truncates toward zero, like Go
         if ns > _INT64_MAX:
-            raise ValueError(
-                f"{json.dumps(text)} is out of range (at most 2562047h47m16.854775807s)"
-            )
+            raise ValueError(f"{quoted(text)} is out of range (at most 2562047h47m16.854775807s)")
         return cls(sign * ns)
 
     @classmethod
@@ -149,15 +158,21 @@ def parse_quantity(text: str) -> Fraction:
     arithmetic is :func:`nodeagent.quantity.parse_quantity`, the message is the config's."""
     try:
         return quantity.parse_quantity(text)
-    except ValueError:
-        raise ValueError(f"{json.dumps(text)} is not {QUANTITY_HELP}") from None
+    except ValueError as e:
+        if str(e).startswith("a quantity may be at most"):
+            raise ValueError(
+                f"{quoted(text)} is out of range (at most {quantity.MAX_MAGNITUDE})"
+            ) from None
+        raise ValueError(f"{quoted(text)} is not {QUANTITY_HELP}") from None
 
 
-_PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
+_PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
 
 
 def parse_percentage(text: str) -> Fraction | None:
     """``"10%"`` -> 10; ``None`` when ``text`` is not a percentage at all."""
+    if len(text) > MAX_TEXT:
+        return None
     m = _PERCENT.fullmatch(text.strip())
     return Fraction(m.group(1)) if m else None
 
@@ -172,4 +187,4 @@ def parse_bool(text: str) -> bool:
         return True
     if text in _GO_FALSE:
         return False
-    raise ValueError(f"{json.dumps(text)} is not a boolean (true or false)")
+    raise ValueError(f"{quoted(text)} is not a boolean (true or false)")

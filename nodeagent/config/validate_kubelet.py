@@ -317,9 +317,10 @@ def _positive_quantity(
 ) -> None:
     try:
         amount = parse_quantity(text)
-    except ValueError:
+    except ValueError as e:
         also = " or a percentage such as 10%" if percent else ""
-        out.add(path, f"{show(text)} is not {QUANTITY_HELP}{also}", text)
+        why = str(e) if "out of range" in str(e) else f"{show(text)} is not {QUANTITY_HELP}{also}"
+        out.add(path, why, text)
         return
     if amount < 0 or (amount == 0 and not allow_zero):
         out.add(path, f"{show(text)} must be {'>= 0' if allow_zero else 'greater than 0'}", text)
