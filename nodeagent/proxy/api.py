@@ -7,6 +7,11 @@ IPs with ``ipMode: Proxy`` are left to the load balancer; ``externalTrafficPolic
 for externally reachable Services; EndpointSlices belong to the Service named by their
 ``kubernetes.io/service-name`` label; an endpoint's missing ``ready`` means ready, missing
 ``serving`` means as ready, missing ``terminating`` means not terminating.
+
+Objects are checked first (:mod:`nodeagent.proxy.validation`, by the tracker); the functions
+here read only checked objects. Every address is rendered canonically (:func:`canonical_ip`):
+``010.244.000.005`` is read as Kubernetes reads it, 10.244.0.5, and never reaches nft as text
+nft would read as octal.
 """
 
 from __future__ import annotations
@@ -24,21 +29,21 @@ from nodeagent.proxy.model import (
     ServicePort,
     ServicePortName,
 )
+from nodeagent.proxy.validation import PROXY_NAME_LABEL, canonical_ip
 
 Obj = dict[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 PortKey = tuple[str, Protocol]  # (port name, protocol)
 
 
 def name_of(obj: Obj) -> ServiceName:
-    meta = obj.get("metadata") or {}
+    meta = _dict(obj.get("metadata"))
     return ServiceName(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def service_of_slice(obj: Obj) -> ServiceName | None:
-    meta = obj.get("metadata") or {}
-    service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    meta = _dict(obj.get("metadata"))
+    service = _dict(meta.get("labels")).get(SERVICE_NAME_LABEL)
     return ServiceName(str(meta.get("namespace") or ""), str(service)) if service else None
 
 
@@ -48,16 +53,18 @@ def service_ports(obj: Obj) -> list[ServicePort]:
     if PROXY_NAME_LABEL in (meta.get("labels") or {}):
         return []
     kind = spec.get("type") or "ClusterIP"
-    cluster_ips = tuple(
+    if kind == "ExternalName":
+        return []
+    cluster_ips = _addresses(
         ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip and ip != "None"
     )
-    if kind == "ExternalName" or not cluster_ips:
+    if not cluster_ips:
         return []
-    external_ips = tuple(spec.get("externalIPs") or ())
+    external_ips = _addresses(spec.get("externalIPs") or ())
     lb_ips: tuple[str, ...] = ()
     if kind == "LoadBalancer":
         ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-        lb_ips = tuple(i["ip"] for i in ingress if i.get("ip") and i.get("ipMode") != "Proxy")
+        lb_ips = _addresses(i["ip"] for i in ingress if i.get("ip") and i.get("ipMode") != "Proxy")
     reachable = kind in ("NodePort", "LoadBalancer") or bool(external_ips)
     affinity = None
     if spec.get("sessionAffinity") == "ClientIP":
@@ -132,8 +139,19 @@ def _endpoints(obj: Obj) -> list[tuple[str, str, bool, bool, bool]]:
         terminating = cond.get("terminating") is True
         node = str(ep.get("nodeName") or "")
         for address in ep.get("addresses") or ():
-            found.append((str(address), node, ready, serving, terminating))
+            ip = canonical_ip(address)
+            if ip is not None:
+                found.append((ip, node, ready, serving, terminating))
     return found
+
+
+def _addresses(texts: Iterable[str]) -> tuple[str, ...]:
+    """The addresses canonical, in order, once each (an unreadable one left out)."""
+    return tuple(dict.fromkeys(ip for t in texts if (ip := canonical_ip(t)) is not None))
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _protocol(value: object) -> Protocol | None:

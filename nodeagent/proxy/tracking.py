@@ -7,6 +7,12 @@ or deleted. It also keeps, per changed Service, the earliest EndpointSlice chang
 (the ``endpoints.kubernetes.io/last-change-trigger-time`` annotation the EndpointSlice
 controller sets, else when the tracker first saw the change) for the network programming
 latency metric.
+
+Each new or changed object is checked once (:mod:`nodeagent.proxy.validation`): an invalid
+one is skipped as if it did not exist (an invalid new version of a Service or EndpointSlice
+takes the old one's rules away with it, as a deleted one would), with one error naming the
+object, the field and the value; every other object is programmed as usual. The proxy posts
+no Events, so the log line is the report.
 """
 
 from __future__ import annotations
@@ -16,8 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nodeagent.log import Logger, get_logger
 from nodeagent.proxy.api import Obj, name_of, service_of_slice
 from nodeagent.proxy.model import ServiceName
+from nodeagent.proxy.validation import (
+    VALUE_MAX,
+    Problem,
+    service_problem,
+    shown,
+    slice_problem,
+)
 
 TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 SliceKey = tuple[str, str]
@@ -49,8 +63,9 @@ class ServiceTracker:
     watch cache stores each event's new object), so an unchanged object is the same one, and a
     poll of 20,000 unchanged objects costs a few milliseconds."""
 
-    def __init__(self, *, now: Callable[[], dt.datetime]) -> None:
+    def __init__(self, *, now: Callable[[], dt.datetime], log: Logger | None = None) -> None:
         self._now = now
+        self._log = log or get_logger("proxy")
         self._services: dict[ServiceName, Obj] = {}
         self._service_objs: dict[int, tuple[Obj, ServiceName]] = {}
         self._slices: dict[ServiceName, dict[SliceKey, Obj]] = {}
@@ -77,7 +92,12 @@ class ServiceTracker:
             hit = seen.get(id(obj))
             if hit is None or hit[0] is not obj:
                 hit = (obj, name_of(obj))
-                self._services[hit[1]] = obj
+                problem = service_problem(obj)
+                if problem is None:
+                    self._services[hit[1]] = obj
+                else:
+                    self._invalid("Service", hit[1], problem)
+                    self._services.pop(hit[1], None)
                 changes.services.add(hit[1])
             current[id(obj)] = hit
         for key in seen.keys() - current.keys():
@@ -94,8 +114,8 @@ class ServiceTracker:
         for obj in objs:
             hit = seen.get(id(obj))
             if hit is None or hit[0] is not obj:
-                meta = obj.get("metadata") or {}
-                key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+                name = name_of(obj)
+                key = (name.namespace, name.name)
                 hit = (obj, key, service_of_slice(obj))
                 added.append(hit)
             current[id(obj)] = hit
@@ -104,11 +124,28 @@ class ServiceTracker:
             if service is not None and self._slices.get(service, {}).get(key) is obj:
                 self._forget(key, service, changes, {})
         for obj, key, service in added:
-            if service is not None:
+            if service is None:
+                continue
+            problem = slice_problem(obj)
+            if problem is None:
                 self._slices.setdefault(service, {})[key] = obj
                 changes.services.add(service)
                 self._trigger(changes, service, obj.get("metadata") or {})
+            else:
+                owner = _text(str(service))
+                self._invalid("EndpointSlice", ServiceName(*key), problem, service=owner)
+                self._forget(key, service, changes, {})
         self._slice_objs = current
+
+    def _invalid(self, kind: str, name: ServiceName, problem: Problem, **fields: str) -> None:
+        """One error for an invalid object (``name``: its namespace and name)."""
+        self._log.error(
+            f"Invalid {kind}; skipping it",
+            **{kind.lower(): _text(str(name)), **fields},
+            field=problem.field,
+            value=shown(problem.value),
+            error=problem.reason,
+        )
 
     def _forget(
         self, key: SliceKey, service: ServiceName, changes: Changes, meta: dict[str, Any]
@@ -124,6 +161,11 @@ class ServiceTracker:
         when = _parse_time((meta.get("annotations") or {}).get(TRIGGER_TIME)) or changes.seen_at
         if service not in changes.triggers or when < changes.triggers[service]:
             changes.triggers[service] = when
+
+
+def _text(name: str) -> str:
+    """A name as a log field shows it (truncated: it comes from an unchecked object)."""
+    return name if len(name) <= VALUE_MAX else name[: VALUE_MAX - 3] + "..."
 
 
 def _rv(obj: Obj) -> str:
