@@ -1,12 +1,19 @@
-"""The kube-apiserver client: JSON over one HTTP/2 connection (httpx2 + h2), TLS always verified.
+"""The kube-apiserver client: JSON over HTTP/1.1 (httpx2 + h11), TLS always verified.
+
+Every watch has a TCP connection of its own and requests share a keep-alive pool of their own,
+as client-go's reflectors and requests are carried when HTTP/2 is off. Nothing is multiplexed:
+on one HTTP/2 connection httpcore2 (2.16.2) lets a frame meant for one stream sit unread while
+another stream's reader waits on the socket, so a watch event arrived 54-58 s late whenever
+five watches shared the connection (issue 11; ``bench/api_transport.py`` measures it, and
+``docs/dependencies.md`` records the choice).
 
 ``ApiClient`` implements :class:`nodeagent.apiserver.interface.Api`. It can be built before it
 has credentials (``endpoint=None``): calls then wait until :meth:`set_endpoint` is given one, so
 the composition root wires every manager without I/O and TLS bootstrap supplies the identity.
 :meth:`set_endpoint` swaps identities (certificate rotation) without failing in-flight calls:
-new calls use a new connection, the old one closes once its last call or watch has finished.
-:meth:`reset_connections` drops the connection at once (the kubelet's reaction to repeated
-heartbeat failures: a half-dead HTTP/2 connection would otherwise stall every call).
+new calls use new connections, the old ones close once their last call or watch has finished.
+:meth:`reset_connections` drops every connection at once (the kubelet's reaction to repeated
+heartbeat failures: a half-dead connection would otherwise stall the next call).
 """
 
 from __future__ import annotations
@@ -30,8 +37,19 @@ from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 
 DEFAULT_TIMEOUT = 10.0
+REQUEST_CONNECTIONS = 100
+IDLE_CONNECTIONS = 25  # client-go's MaxIdleConnsPerHost
+KEEPALIVE_S = 90.0  # Go's IdleConnTimeout
 LIST_CHUNK = 500
 RESET_MIN_INTERVAL = 1.0
+_REQUEST_LIMITS = httpx.Limits(
+    max_connections=REQUEST_CONNECTIONS,
+    max_keepalive_connections=IDLE_CONNECTIONS,
+    keepalive_expiry=KEEPALIVE_S,
+)
+_WATCH_LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+)
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 USER_AGENT = f"nodeagent/{__version__} (linux/{_ARCH})"
 
@@ -39,12 +57,11 @@ USER_AGENT = f"nodeagent/{__version__} (linux/{_ARCH})"
 class _Session:
     """The connections for one set of credentials.
 
-    Every watch shares one HTTP/2 connection (``watch_client``); requests (Lease renewals,
-    status patches, gets) use a second one (``client``). On a single connection shared by
-    three or more long-running watches, httpcore2's HTTP/2 reader sometimes fails to hand a
-    request its response body until the next frame arrives (a PATCH answered 200 whose body
-    waited 10 s; reproduced against kube-apiserver v1.36.3, httpcore2 2.16.2). Keeping the
-    heartbeat's requests off the watch connection removes that stall from the heartbeat path.
+    ``client`` is a keep-alive pool for requests (Lease renewals, status patches, gets): up to
+    ``REQUEST_CONNECTIONS`` at once, ``IDLE_CONNECTIONS`` of them kept ``KEEPALIVE_S`` once
+    idle (client-go's and Go's defaults, so an idle node renews its Lease on one connection).
+    ``watch_client`` gives each watch a connection of its own, with no bound: a watch never
+    waits behind another watch, and the heartbeat's requests never wait behind a watch.
     """
 
     def __init__(
@@ -68,7 +85,7 @@ class ApiClient:
         endpoint: Endpoint | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
-        http2: bool = True,
+        http2: bool = False,
         log: Logger | None = None,
     ) -> None:
         self._transport = transport
@@ -111,18 +128,23 @@ class ApiClient:
         )
         self._new_session(endpoint)
 
-    def _http_client(self, endpoint: Endpoint) -> httpx.AsyncClient:
+    def _http_client(self, endpoint: Endpoint, limits: httpx.Limits) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             base_url=endpoint.server,
             verify=endpoint.ssl_context(),
             http2=self._http2,
             transport=self._transport,
             trust_env=False,
+            limits=limits,
             headers={"Accept": "application/json", "User-Agent": USER_AGENT, **endpoint.headers()},
         )
 
     def _new_session(self, endpoint: Endpoint) -> None:
-        session = _Session(endpoint, self._http_client(endpoint), self._http_client(endpoint))
+        session = _Session(
+            endpoint,
+            self._http_client(endpoint, _REQUEST_LIMITS),
+            self._http_client(endpoint, _WATCH_LIMITS),
+        )
         old, self._session = self._session, session
         self._ready.set()
         if old is not None:

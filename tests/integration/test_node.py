@@ -344,23 +344,31 @@ async def test_node_restriction_forbids_what_a_node_may_not_do(
     assert "node-restriction.kubernetes.io/" in str(restricted_label.value)
 
 
-async def test_watches_share_one_http2_connection_and_requests_one_more(
+async def test_an_idle_node_keeps_its_connections_open_one_per_watch_plus_requests(
     control_plane: Any, node_name: str, bootstrap: Path, tmp_path: Path
 ) -> None:
     import psutil  # type: ignore[import-untyped]
 
     port = int(control_plane.server.rsplit(":", 1)[1])
-    async with running(node_settings(node_name, tmp_path / "root", bootstrap)) as node:
-        await until("two lease renewals", lambda: len(node.renewals) >= 2, within=60)
-        conns = [
-            c
+
+    def connections() -> set[int]:
+        return {
+            c.laddr.port
             for c in psutil.Process().net_connections(kind="tcp")
             if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
-        ]
+        }
 
-    # One HTTP/2 connection carries every watch, one every request (see apiserver._Session:
-    # requests are kept off the watch connection because of an httpcore2 HTTP/2 stall).
-    assert len(conns) == 2, conns
+    async with running(node_settings(node_name, tmp_path / "root", bootstrap)) as node:
+        await until("two lease renewals", lambda: len(node.renewals) >= 2, within=60)
+        first = connections()
+        await until("two more lease renewals", lambda: len(node.renewals) >= 4, within=60)
+        later = connections()
+
+    # The node cache's watch has a connection of its own; Lease renewals and status patches
+    # reuse the request pool's kept-alive connections (a few after the start-up burst) instead
+    # of dialling every 10 s.
+    assert 2 <= len(first) <= 5, first
+    assert later == first
 
 
 @pytest.fixture
