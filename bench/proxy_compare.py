@@ -9,7 +9,7 @@ Starts the harness control plane, creates one Node (``proxy-bench-node``, Intern
 198.51.100.1) and, for each size in increasing order, brings the cluster to N selector-less
 ClusterIP Services with one EndpointSlice each (E ready endpoints in 10.244.0.0/16 on that
 node), created concurrently over one HTTP/2 connection. Then, per component (``--repeat``
-times), in a fresh netns (`proxy_compare_ns.py`; the apiserver forwarded to its 127.0.0.1):
+times), in a fresh netns (`tests/harness/netns.py`; the apiserver forwarded to its 127.0.0.1):
 
   (a) start -> first sync applied: from exec to the component's own last-sync timestamp; its
       own duration of that sync and its CPU seconds (children included) alongside;
@@ -52,7 +52,7 @@ from harness.controlplane import (
     start_control_plane,
     sweep_stale_run_dirs,
 )
-from proxy_compare_ns import NODE_IP, sweep_stale
+from harness.netns import NODE_IP, sweep_stale
 from proxy_compare_run import NAMESPACE, NODE, ObjectMaker, RunSettings, floor, run_component
 
 from nodeagent.apiserver import ApiClient, load_kubeconfig

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from proxy_compare_ns import NODE_IP, http_get
+from harness.netns import NODE_IP, http_get
 
 BENCH_DIR = Path(__file__).resolve().parent
 METRICS_PORT = 10249

@@ -19,9 +19,9 @@ from typing import Any
 import node_measure
 from harness import kubeconfig
 from harness.controlplane import ControlPlane
+from harness.netns import API_PORT, Forwarder, Netns, NftEvents
 from harness.processes import Proc, start
 from proxy_compare_components import KubeProxy, NodeagentProxy, Scrape
-from proxy_compare_ns import API_PORT, Forwarder, Netns, NftEvents
 
 from nodeagent.apiserver import ApiClient, PatchType, Resource
 from nodeagent.apiserver.resources import Obj

@@ -1,4 +1,4 @@
-"""Network namespaces for `proxy_compare.py`: a throwaway "node" netns per component, the
+"""Network namespaces for tests and benches: a throwaway "node" netns, the
 apiserver made reachable inside it, HTTP reads of its metrics, and its nf_tables events.
 
 The harness's apiserver listens on 127.0.0.1 of the root namespace only. A component run with
