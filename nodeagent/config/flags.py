@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +34,15 @@ def _bool(values: Sequence[str]) -> object:
     return parse_bool(values[-1])
 
 
+_INT = re.compile(r"[+-]?[0-9]{1,19}", re.ASCII)
+
+
 def _int(values: Sequence[str]) -> object:
-    try:
-        return int(values[-1])
-    except ValueError:
-        raise ValueError(f"{show(values[-1])} is not an integer") from None
+    """Go's ``strconv.ParseInt(s, 10, 64)``: ASCII digits, no spaces or underscores."""
+    text = values[-1]
+    if not _INT.fullmatch(text) or not -(2**63) <= (number := int(text)) < 2**63:
+        raise ValueError(f"{show(text)} is not an integer in the int64 range")
+    return number
 
 
 def _labels(values: Sequence[str]) -> object:

@@ -111,11 +111,14 @@ class Findings:
 
     def in_range(self, path: str, value: int, low: int, high: int) -> None:
         if not low <= value <= high:
-            self.add(path, f"{value} must be between {low} and {high}", value)
+            self.add(path, f"{show(value)} must be between {low} and {high}", value)
 
-    def at_least(self, path: str, value: int, low: int) -> None:
+    def at_least(self, path: str, value: int, low: int, high: int | None = None) -> None:
+        """``value >= low`` (and ``<= high`` when given, for a Go int32 field)."""
         if value < low:
-            self.add(path, f"{value} must be >= {low}", value)
+            self.add(path, f"{show(value)} must be >= {low}", value)
+        elif high is not None and value > high:
+            self.add(path, f"{show(value)} must be <= {high}", value)
 
     def positive(self, path: str, value: Duration) -> None:
         if value.nanoseconds <= 0:

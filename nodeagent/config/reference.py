@@ -11,7 +11,7 @@ from typing import Any
 
 from msgspec import NODEFAULT, inspect
 
-from nodeagent.config import features
+from nodeagent.config import features, units, yamldoc
 from nodeagent.config.flags import FLAGS
 from nodeagent.config.problem import show
 from nodeagent.config.schema import Config
@@ -82,11 +82,36 @@ _RULES = """\
 """
 
 
+def _limits() -> str:
+    """The input caps, from the constants that enforce them."""
+    return f"""\
+## Input limits
+
+Checked before or while parsing, so a hostile or mistaken file gives one error line, quickly:
+
+- `--config` must be a regular file (a FIFO, a device such as `/dev/zero` or a directory is
+  refused unread) of at most {yamldoc.MAX_BYTES // 1024} KiB; it is read with a bounded read.
+- Only tab, newline, carriage return and printable characters; a control character is an error
+  naming its line and column.
+- Nesting at most {yamldoc.MAX_DEPTH} levels deep, and at most {yamldoc.MAX_VALUES} values once
+  YAML aliases and merge keys are expanded (so "billion laughs" and merge-key chains are
+  refused); an alias to a node that contains it is an error.
+- Integers must fit in 64 bits; int32 fields (`maxPods`, `containerLogMaxFiles`,
+  `logging.verbosity`, ...) at most 2147483647; `podPidsLimit` at most 4194304 (the kernel's
+  PID limit).
+- Durations and quantities take ASCII digits only and at most {units.MAX_TEXT} characters;
+  quantities follow the Kubernetes grammar, with a magnitude of at most 2^63-1 (binary suffixes
+  such as `8Ei` are capped there, as Kubernetes caps them).
+- Error messages show at most the first 100 characters of a value. A file with none of the
+  fields `apiVersion`, `kind`, `node`, `kubelet`, `proxy` is refused without echoing it.
+"""
+
+
 def reference() -> str:
     """The whole Markdown reference."""
     config = inspect.type_info(Config)
     assert isinstance(config, inspect.StructType)
-    parts = [_HEADER, _flags_table()]
+    parts = [_HEADER, _limits(), _flags_table()]
     for f in config.fields:
         section = _unwrap(f.type)
         if isinstance(section, inspect.StructType):

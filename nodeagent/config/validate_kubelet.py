@@ -29,6 +29,7 @@ EVICTION_SIGNALS = (
 )
 ENFORCEMENT_LEVELS = ("pods", "system-reserved", "kube-reserved", "none")
 INT32_MAX = 2**31 - 1
+PID_MAX_LIMIT = 4 * 1024 * 1024  # linux/threads.h on 64-bit: the most pids.max accepts
 ONE_SECOND = Duration.of(seconds=1)
 
 
@@ -51,7 +52,7 @@ def validate_kubelet(k: KubeletConfiguration, out: Findings) -> None:
         base = item(_p("registerWithTaints"), i)
         out.check(child(base, "key"), taint.key, syntax.check_qualified_name(taint.key))
         out.check(child(base, "value"), taint.value, syntax.check_label_value(taint.value))
-    out.at_least(_p("logging.verbosity"), k.logging.verbosity, 0)
+    out.at_least(_p("logging.verbosity"), k.logging.verbosity, 0, INT32_MAX)  # klog's int32
 
 
 def _feature_gates(gates: Mapping[str, bool], out: Findings) -> None:
@@ -116,14 +117,15 @@ def _server(k: KubeletConfiguration, out: Findings) -> None:
 
 def _pods(k: KubeletConfiguration, out: Findings) -> None:
     out.in_range(_p("maxPods"), k.max_pods, 1, INT32_MAX)
-    if k.pod_pids_limit != -1 and k.pod_pids_limit < 1:
+    if k.pod_pids_limit != -1 and not 1 <= k.pod_pids_limit <= PID_MAX_LIMIT:
         out.add(
             _p("podPidsLimit"),
-            f"{k.pod_pids_limit} must be -1 (no limit) or >= 1",
+            f"{show(k.pod_pids_limit)} must be -1 (no limit) or between 1 and {PID_MAX_LIMIT} "
+            "(the kernel's PID_MAX_LIMIT; pids.max refuses more)",
             k.pod_pids_limit,
         )
-    out.at_least(_p("nodeStatusMaxImages"), k.node_status_max_images, -1)
-    out.at_least(_p("containerLogMaxFiles"), k.container_log_max_files, 2)
+    out.at_least(_p("nodeStatusMaxImages"), k.node_status_max_images, -1, INT32_MAX)
+    out.at_least(_p("containerLogMaxFiles"), k.container_log_max_files, 2, INT32_MAX)
     _positive_quantity(out, _p("containerLogMaxSize"), k.container_log_max_size)
     _paths(out, ("staticPodPath", k.static_pod_path), ("resolvConf", k.resolv_conf))
     _paths(out, ("podLogsDir", k.pod_logs_dir), required=True)

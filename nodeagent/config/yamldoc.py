@@ -7,10 +7,12 @@ Syntax errors report line and column; a field written twice in one mapping is an
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -50,37 +52,89 @@ class Document:
         return None
 
 
+MAX_BYTES: Final = 256 * 1024
+MAX_DEPTH: Final = 64
+MAX_VALUES: Final = 10_000
+MAX_INT_CHARS: Final = 24
+_INT_TAG: Final = "tag:yaml.org,2002:int"
+# What YAML 1.1 allows in a stream (tab, newline, carriage return and the printable characters).
+_UNPRINTABLE: Final = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+
+
 def read(path: str) -> Document:
+    """Read and parse ``path``: a regular file of at most ``MAX_BYTES``, read without blocking.
+
+    A FIFO, a device (``/dev/zero``) or a directory is refused before anything is read.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as e:
         raise ConfigError("--config", f"cannot read {path}: {e.strerror}", path) from e
+    try:
+        raw = _bounded_read(fd, path)
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError("--config", f"{path} is not UTF-8 text: {e.reason}", path) from e
+        raise ConfigError(
+            "--config", f"{path} is not UTF-8 text: {e.reason} at byte {e.start}", path
+        ) from e
     return parse(text, source=path)
 
 
+def _bounded_read(fd: int, path: str) -> bytes:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("--config", f"{path} is not a regular file", path)
+        if st.st_size > MAX_BYTES:
+            raise _too_big(path)
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, MAX_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise _too_big(path)
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {path}: {e.strerror}", path) from e
+    return b"".join(chunks)
+
+
+def _too_big(path: str) -> ConfigError:
+    return ConfigError(
+        "--config",
+        f"{path} is larger than {MAX_BYTES // 1024} KiB; a configuration is smaller",
+        path,
+    )
+
+
 def parse(text: str, *, source: str = "") -> Document:
-    loader = yaml.SafeLoader(text)
+    """Parse ``text``; every problem is a ``ConfigError`` (never a traceback, never unbounded)."""
+    _check_text(text, source)
+    loader = _Loader(text, source)
     try:
         node = loader.get_single_node()
-        walker = _Walker(source)
+        walker = _Walker(source, loader)
         if node is not None:
+            _check_expansion(node, source)
             walker.walk(node, (), "")
-        data = loader.construct_document(node) if node is not None else None
+        data = _construct(loader, node, source) if node is not None else None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = ", ".join(p for p in (e.context, e.problem) if p) or "syntax error"
         raise ConfigError(
             "",
-            f"invalid YAML{where}: {problem}",
+            f"invalid YAML{where}: {problem[:200]}",
             source=source,
             line=mark.line + 1 if mark else None,
         ) from e
     except yaml.YAMLError as e:
-        raise ConfigError("", f"invalid YAML: {e}", source=source) from e
+        raise ConfigError("", f"invalid YAML: {str(e)[:200]}", source=source) from e
     finally:
         loader.dispose()
     if data is None:
@@ -93,14 +147,136 @@ def parse(text: str, *, source: str = "") -> Document:
             source=source,
             line=1,
         )
+    if data and not any(isinstance(k, str) and k in _TOP_FIELDS for k in data):
+        raise ConfigError(
+            "",
+            "this is not a nodeagent configuration: it has none of the fields "
+            + ", ".join(_TOP_FIELDS),
+            source=source,
+            line=1,
+        )
     return Document(data=data, source=source, lines=walker.lines)
+
+
+_TOP_FIELDS: Final = ("apiVersion", "kind", "node", "kubelet", "proxy")
+
+
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, source: str) -> Any:
+    """Build the Python data; a value PyYAML resolves but cannot build (``2001-13-01``) is
+    an error, not a traceback."""
+    try:
+        return loader.construct_document(node)
+    except (ValueError, OverflowError, TypeError) as e:
+        raise ConfigError("", f"invalid YAML value: {str(e)[:200]}", source=source) from e
+
+
+def _check_text(text: str, source: str) -> None:
+    if len(text) > MAX_BYTES:
+        raise ConfigError(
+            "", f"the configuration is larger than {MAX_BYTES // 1024} KiB", source=source
+        )
+    if (bad := _UNPRINTABLE.search(text)) is None:
+        return
+    line = text.count("\n", 0, bad.start()) + 1
+    column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+    raise ConfigError(
+        "",
+        f"invalid YAML at line {line}, column {column}: control character "
+        f"U+{ord(bad.group()):04X} is not allowed (YAML allows tab, newline and printable text)",
+        source=source,
+        line=line,
+    )
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing nesting deeper than ``MAX_DEPTH`` while composing."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
+        self._source = source
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise ConfigError(
+                    "",
+                    f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: "
+                    f"nested more than {MAX_DEPTH} levels deep",
+                    source=self._source,
+                    line=mark.line + 1,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Refuse aliases that expand (billion laughs, merge-key chains) or nest past the caps.
+
+    Counts every value as it would be after expanding aliases and merge keys, once per node
+    (memoised), without recursion; a node that contains itself is an error.
+    """
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    open_: set[int] = set()
+    while stack:
+        node, path, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            kids = [id(k) for k, _ in _children(node, path)]
+            size[key] = 1 + sum(size[k] for k in kids)
+            depth[key] = 1 + max((depth[k] for k in kids), default=0)
+            if size[key] > MAX_VALUES or depth[key] > MAX_DEPTH:
+                what = (
+                    f"more than {MAX_VALUES} values"
+                    if size[key] > MAX_VALUES
+                    else f"more than {MAX_DEPTH} levels"
+                )
+                raise ConfigError(
+                    path,
+                    f"YAML aliases or merge keys expand this to {what}; write it out instead",
+                    source=source,
+                    line=node.start_mark.line + 1,
+                )
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise ConfigError(
+                path,
+                "a YAML alias refers to a node that contains it; recursive data is not allowed",
+                source=source,
+                line=node.start_mark.line + 1,
+            )
+        open_.add(key)
+        stack.append((node, path, True))
+        todo = [(k, p, False) for k, p in _children(node, path) if id(k) not in size]
+        stack.extend(reversed(todo))  # first child first: an anchor is named where written
+
+
+def _children(node: yaml.Node, path: str) -> list[tuple[yaml.Node, str]]:
+    if isinstance(node, yaml.SequenceNode):
+        return [(n, f"{path}[{i}]") for i, n in enumerate(node.value)]
+    if isinstance(node, yaml.MappingNode):
+        out: list[tuple[yaml.Node, str]] = []
+        for k, v in node.value:
+            name = str(k.value)[:100] if isinstance(k, yaml.ScalarNode) else "?"
+            out += [(k, path), (v, field_path(path, name))]
+        return out
+    return []
 
 
 class _Walker:
     """Records the line of every field and item; refuses duplicate keys and alias cycles."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, loader: yaml.SafeLoader) -> None:
         self.source = source
+        self._loader = loader
         self.lines: dict[tuple[Component, ...], int] = {}
         self._open: set[int] = set()  # nodes being walked, to stop on `&a [*a]`
 
@@ -114,7 +290,9 @@ class _Walker:
             )
         self._open.add(id(node))
         try:
-            if isinstance(node, yaml.MappingNode):
+            if isinstance(node, yaml.ScalarNode):
+                self._scalar(node, path)
+            elif isinstance(node, yaml.MappingNode):
                 self._mapping(node, comps, path)
             elif isinstance(node, yaml.SequenceNode):
                 for i, item_node in enumerate(node.value):
@@ -131,6 +309,7 @@ class _Walker:
             key = str(key_node.value)
             line = key_node.start_mark.line + 1
             sub = field_path(path, key)
+            self._scalar(key_node, sub)
             if key in seen:
                 raise ConfigError(
                     sub,
@@ -142,3 +321,26 @@ class _Walker:
             seen[key] = line
             self.lines[(*comps, key)] = line
             self.walk(value_node, (*comps, key), sub)
+
+    def _scalar(self, node: yaml.ScalarNode, path: str) -> None:
+        """Refuse integers no 64-bit field can hold before PyYAML builds them."""
+        text = str(node.value)
+        if node.tag != _INT_TAG:
+            return
+        if len(text) > MAX_INT_CHARS:
+            raise ConfigError(
+                path,
+                f"an integer of {len(text)} characters is out of range for a 64-bit integer "
+                f"({text[:MAX_INT_CHARS]}...)",
+                source=self.source,
+                line=node.start_mark.line + 1,
+            )
+        number = self._loader.construct_yaml_int(node)  # at most 24 characters: cheap
+        if not -(2**63) <= number < 2**63:
+            raise ConfigError(
+                path,
+                f"{text} is out of range for a 64-bit integer",
+                number,
+                source=self.source,
+                line=node.start_mark.line + 1,
+            )

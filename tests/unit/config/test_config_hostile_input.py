@@ -1,0 +1,242 @@
+"""Issue 17: small hostile configuration files give one clean error, quickly, in bounded memory.
+
+Each case is the audit's reproducer. ``nodeagent config validate`` must exit 2 with one line
+naming the file (and the field when there is one), never a traceback, a hang or a MemoryError.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from config_loading import HEADER, Fail
+
+from nodeagent.__main__ import main
+from nodeagent.config import yamldoc
+from nodeagent.errors import ConfigError
+
+
+def billion_laughs() -> str:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return HEADER + "kubelet:\n  x:\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def merge_chain() -> str:
+    body = "  a0: &a0 {k0: 1, k1: 2}\n" + "".join(
+        f"  a{i}: &a{i} {{<<: [*a{i - 1}, *a{i - 1}], x{i}: 1}}\n" for i in range(1, 40)
+    )
+    return HEADER + "kubelet:\n  clusterDomain: x\nz:\n" + body
+
+
+CASES = [
+    pytest.param(billion_laughs(), "kubelet.x.e: YAML aliases or merge keys expand", id="laughs"),
+    pytest.param(merge_chain(), "YAML aliases or merge keys expand this to more than", id="merge"),
+    pytest.param(
+        HEADER + "kubelet: " + "[" * 1000 + "]" * 1000 + "\n",
+        "nested more than 64 levels deep",
+        id="flow nesting 1000",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(400)),
+        "nested more than 64 levels deep",
+        id="block nesting 400",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n" + "".join(f"  a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 200)),
+        "",  # the first alias is undefined: a YAML error, whichever comes first
+        id="alias chain",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  maxPods: " + "9" * 5000 + "\n",
+        "kubelet.maxPods: an integer of 5000 characters is out of range",
+        id="5000-digit integer",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  maxPods: 99999999999999999999\n",
+        "kubelet.maxPods: 99999999999999999999 is out of range for a 64-bit integer",
+        id="integer above int64",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  clusterDomain: a\x01b\n",
+        "invalid YAML at line 4, column 19: control character U+0001 is not allowed",
+        id="control character",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  clusterDomain: a\x1b[31mb\n",
+        "control character U+001B is not allowed",
+        id="escape sequence",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  kubeReserved:\n    memory: 1e100000000\n",
+        'kubelet.kubeReserved["memory"]: "1e100000000" is out of range',
+        id="exponent in kubeReserved",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  evictionHard:\n    memory.available: 1e100000000\n",
+        'kubelet.evictionHard["memory.available"]: "1e100000000" is out of range',
+        id="exponent in evictionHard",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  clusterDomain: 2001-13-01\n",
+        "invalid YAML value: month must be in 1..12",
+        id="impossible timestamp",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  podPidsLimit: 10000000\n",
+        "kubelet.podPidsLimit: 10000000 must be -1 (no limit) or between 1 and 4194304",
+        id="podPidsLimit above the kernel limit",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  containerLogMaxFiles: 99999999999\n",
+        "kubelet.containerLogMaxFiles: 99999999999 must be <= 2147483647",
+        id="containerLogMaxFiles above int32",
+    ),
+    pytest.param(
+        HEADER + "kubelet:\n  logging:\n    verbosity: 99999999999\n",
+        "kubelet.logging.verbosity: 99999999999 must be <= 2147483647",
+        id="verbosity above int32",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_hostile_file_is_one_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    start = time.perf_counter()
+    assert main(["config", "validate", "--config", str(path)]) == 2
+    assert time.perf_counter() - start < 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0] == "nodeagent: invalid configuration:"
+    assert lines[1].startswith(f"  {path}")
+    assert expected in lines[1]
+    assert "Traceback" not in err
+    assert all(len(line) < 400 for line in lines)
+
+
+@pytest.mark.parametrize("text", [billion_laughs(), merge_chain()], ids=["laughs", "merge"])
+def test_alias_amplifiers_stay_far_below_200_mb(text: str) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match="expand"):
+            yamldoc.parse(text, source="c.yaml")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20
+
+
+def test_aliases_that_do_not_amplify_still_work() -> None:
+    doc = yamldoc.parse(
+        HEADER + "kubelet:\n  clusterDNS: &dns [10.0.0.10]\nnode:\n  x: *dns\n", source="c.yaml"
+    )
+    assert doc.data["node"]["x"] == ["10.0.0.10"]
+
+
+def test_recursive_alias_names_the_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        yamldoc.parse(HEADER + "kubelet:\n  clusterDNS: &x [*x]\n", source="c.yaml")
+    assert caught.value.path == "kubelet.clusterDNS[0]"
+    assert "recursive data is not allowed" in caught.value.message
+
+
+def test_ten_megabyte_file_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(HEADER + "kubelet:\n  clusterDomain: " + "x" * 10_000_000 + "\n")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        yamldoc.read(str(path))
+    assert time.perf_counter() - start < 0.5
+    assert (
+        str(caught.value) == f"--config: {path} is larger than 256 KiB; a configuration is smaller"
+    )
+
+
+def test_file_growing_past_the_cap_while_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("x" * (yamldoc.MAX_BYTES + 1))
+    with pytest.raises(ConfigError, match="larger than 256 KiB"):
+        yamldoc.read(str(path))
+
+
+def test_long_value_is_cut_in_the_message(fail: Fail) -> None:
+    message = str(fail("kubelet:\n  clusterDomain: " + "x" * 200_000 + "\n"))
+    assert '"' + "x" * 100 + '"... (200000 characters) must be no more than 253' in message
+    assert len(message) < 400
+
+
+def test_dev_zero_is_not_read() -> None:
+    with pytest.raises(ConfigError) as caught:
+        yamldoc.read("/dev/zero")
+    assert str(caught.value) == "--config: /dev/zero is not a regular file"
+
+
+def test_fifo_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "config", "validate", "--config", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=30,  # a watchdog against the old hang
+        check=False,
+    )
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[1] == f"  --config: {fifo} is not a regular file"
+
+
+def test_directory_is_not_read(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        yamldoc.read(str(tmp_path))
+
+
+def test_a_non_config_file_is_not_echoed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "root:$6$s3cr3tSALT$HASHHASHHASH:19000:0:99999:7::"
+    shadow = tmp_path / "shadow"
+    shadow.write_text(f"{secret}:\ndaemon:*:19000:0:99999:7:::\n")
+    assert main(["config", "validate", "--config", str(shadow)]) == 2
+    err = capsys.readouterr().err
+    assert "s3cr3t" not in err
+    assert err.splitlines()[1] == (
+        f"  {shadow}:1: this is not a nodeagent configuration: it has none of the fields "
+        "apiVersion, kind, node, kubelet, proxy"
+    )
+
+
+def test_invalid_utf8_names_the_byte_not_the_text(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(HEADER.encode() + b"kubelet:\n  clusterDomain: s3cr3t\xff\n")
+    with pytest.raises(ConfigError) as caught:
+        yamldoc.read(str(path))
+    assert "s3cr3t" not in str(caught.value)
+    assert f"is not UTF-8 text: invalid start byte at byte {len(HEADER) + 32}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(
+            ["-v", "1" + "0" * 25], '"10000000000000000000000000" is not an integer', id="-v 10^25"
+        ),
+        pytest.param(["-v", "3000000000"], "3000000000 must be <= 2147483647", id="-v above int32"),
+        pytest.param(["-v", "\u0661"], '"\u0661" is not an integer', id="-v arabic digit"),
+        pytest.param(["-v", "1_0"], '"1_0" is not an integer', id="-v underscore"),
+    ],
+)
+def test_verbosity_flag_is_bounded(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "validate", *argv]) == 2
+    assert capsys.readouterr().err.splitlines()[1].startswith(f"  --v: {expected}")
