@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -78,12 +79,36 @@ def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes, source: str) 
 def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None) -> Endpoint:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError("kubeconfig", f"cannot read: {e.strerror}", str(p), source=str(p)) from e
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError("kubeconfig", f"not valid YAML: {e}", source=str(p)) from e
+        # Never str(e), never chained: PyYAML quotes the offending lines, and in a bootstrap
+        # kubeconfig that line is often the token.
+        where = _where(e, text)
+        raise ConfigError("kubeconfig", f"not valid YAML{where}", source=str(p)) from None
     return endpoint_from_dict(data, base_dir=p.parent, source=str(p), context=context)
+
+
+_QUOTED = re.compile(r"'([^'\n]*)'")
+
+
+def _where(e: yaml.YAMLError, text: str) -> str:
+    """Line, column and what PyYAML says is wrong, without any text from the file."""
+    if isinstance(e, yaml.reader.ReaderError):
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        return f" at character {e.position}: control character U+{code:04X} is not allowed"
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return ""
+    mark = e.problem_mark or e.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = ", ".join(p for p in (e.context, e.problem) if p)
+    scrubbed = _QUOTED.sub(
+        lambda m: "'...'" if len(m.group(1)) > 1 and m.group(1) in text else m.group(0), problem
+    )
+    return f"{where}: {scrubbed[:200]}" if problem else where
 
 
 def endpoint_from_dict(
