@@ -4,10 +4,18 @@
 field names (camelCase on the wire, snake_case here) and the apiserver's defaults filled in for
 what a bare object may lack. The previous ``status`` stays raw JSON: the status code reads a few
 fields of it and writes a whole new one.
+
+Decoding also checks, with the apiserver's wording, what the agent itself builds paths and
+runtime requests from: the pod's name (DNS-1123 subdomain), namespace (DNS-1123 label) and UID,
+container names (DNS-1123 labels, at most 63 characters) and ports' ``hostIP``. The apiserver
+already refuses such pods; static pods and any future source must not depend on that.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import re
 from typing import Any, Final, NewType
 
 import msgspec
@@ -17,6 +25,58 @@ PodUID = NewType("PodUID", str)
 DEFAULT_TERMINATION_GRACE_PERIOD: Final = 30
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 CONFIG_SOURCE_ANNOTATION: Final = "kubernetes.io/config.source"
+
+
+DNS1123_LABEL_MAX: Final = 63
+DNS1123_SUBDOMAIN_MAX: Final = 253
+_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL: Final = re.compile(_LABEL)
+_DNS1123_SUBDOMAIN: Final = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_UID: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,126}[A-Za-z0-9])?")
+LABEL_MESSAGE: Final = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    f"regex used for validation is '{_LABEL}')"
+)
+SUBDOMAIN_MESSAGE: Final = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+    f"regex used for validation is '{_LABEL}(\\.{_LABEL})*')"
+)
+SHOWN_VALUE_MAX: Final = 80
+
+
+class PodSpecError(msgspec.ValidationError):
+    """A pod the agent must not run: ``field`` is the path (``spec.containers[0].name``),
+    ``message`` the apiserver's ``Invalid value: "<value>": <why>``. ``str()`` has msgspec's
+    shape (``<message> - at `$.<field>```), so callers handle both alike."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{message} - at `$.{field}`")
+
+
+def show_value(value: object) -> str:
+    """A value as it appears in an error: JSON-quoted strings, cut at 80 characters."""
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= SHOWN_VALUE_MAX else text[: SHOWN_VALUE_MAX - 3] + "..."
+
+
+def invalid(field: str, value: object, why: str) -> PodSpecError:
+    return PodSpecError(field, f"Invalid value: {show_value(value)}: {why}")
+
+
+def dns1123_label_problem(value: str) -> str | None:
+    if len(value) > DNS1123_LABEL_MAX:
+        return f"must be no more than {DNS1123_LABEL_MAX} characters"
+    return None if _DNS1123_LABEL.fullmatch(value) else LABEL_MESSAGE
+
+
+def dns1123_subdomain_problem(value: str) -> str | None:
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+    return None if _DNS1123_SUBDOMAIN.fullmatch(value) else SUBDOMAIN_MESSAGE
 
 
 class _S(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
@@ -202,6 +262,7 @@ class PodSpec(_S, frozen=True):
     priority_class_name: str = ""
     runtime_class_name: str | None = None
     overhead: dict[str, str | int | float] = {}
+    tolerations: tuple[dict[str, Any], ...] = ()
     os: PodOS | None = None
     enable_service_links: bool | None = None
     volumes: tuple[dict[str, Any], ...] = ()
@@ -239,8 +300,49 @@ class Pod(_S, frozen=True):
 
 
 def decode_pod(obj: dict[str, Any]) -> Pod:
-    """A Pod from its JSON; raises ``msgspec.ValidationError`` naming the bad field."""
-    return msgspec.convert(obj, Pod, strict=False)
+    """A Pod from its JSON; raises ``msgspec.ValidationError`` naming the bad field
+    (:class:`PodSpecError` for a name, UID or ``hostIP`` the agent refuses)."""
+    pod = msgspec.convert(obj, Pod, strict=False)
+    check_identity(pod)
+    return pod
+
+
+def check_identity(pod: Pod) -> None:
+    """Raise :class:`PodSpecError` unless every name the agent builds paths from is safe."""
+    meta = pod.metadata
+    if meta.name and (problem := dns1123_subdomain_problem(meta.name)):
+        raise invalid("metadata.name", meta.name, problem)
+    if problem := dns1123_label_problem(meta.namespace):
+        raise invalid("metadata.namespace", meta.namespace, problem)
+    if meta.uid and (not _UID.fullmatch(meta.uid) or ".." in meta.uid):
+        raise invalid(
+            "metadata.uid", meta.uid, "must be letters, digits, '-', '_' or '.', without '..'"
+        )
+    for key, containers in (
+        ("initContainers", pod.spec.init_containers),
+        ("containers", pod.spec.containers),
+    ):
+        for i, container in enumerate(containers):
+            where = f"spec.{key}[{i}]"
+            if not container.name:
+                raise PodSpecError(f"{where}.name", "Required value")
+            if problem := dns1123_label_problem(container.name):
+                raise invalid(f"{where}.name", container.name, problem)
+            for j, port in enumerate(container.ports):
+                if port.host_ip and not _is_ip(port.host_ip):
+                    raise invalid(
+                        f"{where}.ports[{j}].hostIP",
+                        port.host_ip,
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    )
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def format_pod(pod: Pod) -> str:

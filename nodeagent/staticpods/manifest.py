@@ -17,7 +17,9 @@ One difference from the kubelet, on purpose: a pod naming one of the built-in pr
 value, so graceful node shutdown kills it last (the kubelet leaves it at 0: kubernetes#113940,
 #133442). The Priority admission plugin accepts a mirror pod whose priority equals its class's.
 
-A bad manifest raises :class:`ManifestError` naming the file, the field and what is wrong.
+A bad manifest raises :class:`ManifestError` naming the file, the field and what is wrong:
+before anything is built, the bounds of ``limits.py`` (size, nesting, alias expansion) and
+JSON's types; then the fields of the pod, with the apiserver's wording, every quantity included.
 """
 
 from __future__ import annotations
@@ -32,8 +34,20 @@ from typing import Any, Final, NoReturn
 import msgspec
 import yaml
 
-from nodeagent.config.syntax import check_dns_subdomain
-from nodeagent.podspec import CONFIG_SOURCE_ANNOTATION, decode_pod
+from nodeagent.podspec import (
+    CONFIG_SOURCE_ANNOTATION,
+    PodSpecError,
+    dns1123_label_problem,
+    dns1123_subdomain_problem,
+    show_value,
+)
+from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.staticpods.limits import (
+    MAX_MANIFEST_BYTES,
+    ShapeError,
+    check_json_values,
+    check_yaml_shape,
+)
 
 FILE_SOURCE: Final = "file"
 CONFIG_HASH_ANNOTATION: Final = "kubernetes.io/config.hash"
@@ -44,7 +58,6 @@ SYSTEM_PRIORITY_CLASSES: Final = {
     "system-cluster-critical": 2_000_000_000,
 }
 RESTART_POLICIES: Final = ("Always", "OnFailure", "Never")
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _MSGSPEC_PATH: Final = re.compile(r"^(.*?)(?: - at `\$\.?(.*)`)?$", re.DOTALL)
 
 
@@ -58,7 +71,10 @@ class ManifestError(ValueError):
         super().__init__(f"{path}: {field or '(document)'}: {message}")
 
 
-class _Loader(yaml.SafeLoader):
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
     """YAML without implicit timestamps: ``2026-01-01`` stays a string, as in the JSON the
     kubelet converts YAML to."""
 
@@ -70,9 +86,17 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def parse_manifest(data: bytes | str, *, path: str) -> dict[str, Any]:
-    """The one YAML or JSON document in ``data``, which must be a mapping."""
+    """The one YAML or JSON document in ``data``, which must be a mapping of JSON values.
+    Blocking and CPU-bound for big files: callers on the event loop use a thread."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(
+            path, "", f"larger than {MAX_MANIFEST_BYTES} bytes; static pod manifests are capped"
+        )
     try:
+        check_yaml_shape(data)
         docs = [d for d in yaml.load_all(data, Loader=_Loader) if d is not None]
+    except ShapeError as e:
+        raise ManifestError(path, e.field, e.message) from e
     except yaml.YAMLError as e:
         where = ""
         mark = getattr(e, "problem_mark", None)
@@ -87,6 +111,10 @@ def parse_manifest(data: bytes | str, *, path: str) -> dict[str, Any]:
     (doc,) = docs
     if not isinstance(doc, dict):
         raise ManifestError(path, "", f"must be a Pod object, got a {type(doc).__name__}")
+    try:
+        check_json_values(doc)
+    except ShapeError as e:
+        raise ManifestError(path, e.field, e.message) from e
     return doc
 
 
@@ -103,6 +131,8 @@ def pod_uid(manifest: Mapping[str, Any], *, path: str, node_name: str) -> str:
 def static_pod(manifest: Mapping[str, Any], *, path: str, node_name: str) -> dict[str, Any]:
     """The pod object (API JSON) for one parsed manifest; raises :class:`ManifestError`."""
     _validate(manifest, path=path, node_name=node_name)
+    # The fields' types first, so the defaults below never meet a list where a map belongs.
+    _decode({**manifest, "metadata": {**manifest["metadata"], "uid": ""}, "status": {}}, path=path)
     uid = pod_uid(manifest, path=path, node_name=node_name)
     pod: dict[str, Any] = copy.deepcopy(dict(manifest))
     meta = pod.setdefault("metadata", {})
@@ -124,12 +154,18 @@ def static_pod(manifest: Mapping[str, Any], *, path: str, node_name: str) -> dic
     if spec.get("priority") is None and class_priority is not None:
         spec["priority"] = class_priority
     pod["status"] = {"phase": "Pending"}
+    _decode(pod, path=path)
+    return pod
+
+
+def _decode(pod: dict[str, Any], *, path: str) -> None:
     try:
-        decode_pod(pod)
+        decode_checked_pod(pod)
+    except PodSpecError as e:
+        raise ManifestError(path, e.field, e.message) from e
     except msgspec.ValidationError as e:
         field, message = _msgspec_error(e)
         raise ManifestError(path, field, message) from e
-    return pod
 
 
 def _msgspec_error(e: msgspec.ValidationError) -> tuple[str, str]:
@@ -143,11 +179,11 @@ def _validate(manifest: Mapping[str, Any], *, path: str, node_name: str) -> None
         raise ManifestError(path, field, message)
 
     if manifest.get("kind") != "Pod":
-        fail("kind", f'Unsupported value: {json.dumps(manifest.get("kind"))}: must be "Pod"')
+        fail("kind", f'Unsupported value: {show_value(manifest.get("kind"))}: must be "Pod"')
     if manifest.get("apiVersion") != "v1":
         fail(
             "apiVersion",
-            f'Unsupported value: {json.dumps(manifest.get("apiVersion"))}: must be "v1"',
+            f'Unsupported value: {show_value(manifest.get("apiVersion"))}: must be "v1"',
         )
     meta = manifest.get("metadata")
     if not isinstance(meta, dict):
@@ -156,11 +192,13 @@ def _validate(manifest: Mapping[str, Any], *, path: str, node_name: str) -> None
     if not name or not isinstance(name, str):
         fail("metadata.name", "Required value: name is required")
     generated = f"{name}-{node_name.lower()}"
-    if problem := check_dns_subdomain(generated):
-        fail("metadata.name", f"Invalid value: {json.dumps(generated)}: {problem}")
+    if problem := dns1123_subdomain_problem(generated):
+        fail("metadata.name", f"Invalid value: {show_value(generated)}: {problem}")
     namespace = meta.get("namespace")
-    if namespace and (not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace)):
-        fail("metadata.namespace", f"Invalid value: {json.dumps(namespace)}: not a DNS label")
+    if namespace and not isinstance(namespace, str):
+        fail("metadata.namespace", f"Invalid value: {show_value(namespace)}: must be a string")
+    if namespace and (problem := dns1123_label_problem(namespace)):
+        fail("metadata.namespace", f"Invalid value: {show_value(namespace)}: {problem}")
     spec = manifest.get("spec")
     if not isinstance(spec, dict):
         fail("spec", "Required value")
@@ -169,7 +207,7 @@ def _validate(manifest: Mapping[str, Any], *, path: str, node_name: str) -> None
     if policy not in RESTART_POLICIES:
         fail(
             "spec.restartPolicy",
-            f"Unsupported value: {json.dumps(policy)}: supported values: "
+            f"Unsupported value: {show_value(policy)}: supported values: "
             + ", ".join(f'"{p}"' for p in RESTART_POLICIES),
         )
 
@@ -178,6 +216,9 @@ def _validate_containers(spec: Mapping[str, Any], fail: Callable[[str, str], NoR
     containers = spec.get("containers")
     if not containers or not isinstance(containers, list):
         fail("spec.containers", "Required value: at least one container")
+    init = spec.get("initContainers")
+    if init is not None and not isinstance(init, list):
+        fail("spec.initContainers", f"Invalid value: {show_value(init)}: must be a list")
     seen: set[str] = set()
     for key in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(key) or []):
@@ -187,10 +228,12 @@ def _validate_containers(spec: Mapping[str, Any], fail: Callable[[str, str], NoR
             name = c.get("name")
             if not name:
                 fail(f"{where}.name", "Required value")
-            elif not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
-                fail(f"{where}.name", f"Invalid value: {json.dumps(name)}: not a DNS label")
+            elif not isinstance(name, str):
+                fail(f"{where}.name", f"Invalid value: {show_value(name)}: must be a string")
+            elif problem := dns1123_label_problem(name):
+                fail(f"{where}.name", f"Invalid value: {show_value(name)}: {problem}")
             elif name in seen:
-                fail(f"{where}.name", f"Duplicate value: {json.dumps(name)}")
+                fail(f"{where}.name", f"Duplicate value: {show_value(name)}")
             seen.add(str(name))
             if not c.get("image"):
                 fail(f"{where}.image", "Required value")

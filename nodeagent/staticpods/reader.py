@@ -4,6 +4,9 @@
 filesystem in a worker thread (``asyncio.to_thread``), ``nodeagent.testing.fake_manifests``
 holds manifests in memory. As the kubelet does: the path is a directory of manifests (files
 whose name starts with ``.`` are ignored, subdirectories are not recursed into) or one file.
+A file bigger than ``limits.MAX_MANIFEST_BYTES`` is not read whole: at most one byte more, so
+the manifest code can refuse it. Each file carries its ``stamp`` (device, inode, size, mtime):
+the file source re-parses a file only when its stamp changes.
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from nodeagent.staticpods.limits import MAX_MANIFEST_BYTES
+
+Stamp = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +28,8 @@ class ManifestFile:
     data: bytes = b""
     error: str = ""
     """Why the file could not be read (then ``data`` is empty)."""
+    stamp: Stamp | None = field(default=None, compare=False)
+    """``(st_dev, st_ino, st_size, st_mtime_ns)`` when read from a filesystem."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,9 @@ _GONE = ManifestFile("")
 def _read_file(path: str) -> ManifestFile:
     try:
         with open(path, "rb") as f:
-            return ManifestFile(path, data=f.read())
+            st = os.fstat(f.fileno())
+            stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            return ManifestFile(path, data=f.read(MAX_MANIFEST_BYTES + 1), stamp=stamp)
     except FileNotFoundError:
         return _GONE
     except OSError as e:

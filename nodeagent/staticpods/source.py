@@ -8,8 +8,12 @@ kubelet's file source sends a whole new set each time:
 - a path that cannot be listed keeps the previous pods, and the source is not ``synced``
   until it has been listed once (so housekeeping never kills pods it merely cannot read);
 - a bad manifest is logged with its file, field and problem (again only when that changes)
-  and left out; the other manifests still run. A manifest that turns bad stops its pod, as in
-  the kubelet: the file no longer describes a pod;
+  and left out; the other manifests still run. Whatever goes wrong with one file (any
+  exception, not only :class:`ManifestError`) stays with that file. A manifest that turns bad
+  stops its pod, as in the kubelet: the file no longer describes a pod;
+- manifests are parsed in a worker thread (``asyncio.to_thread``), never on the event loop,
+  and only when they changed: the result is kept per path and file stamp (device, inode,
+  size, mtime; the content itself for readers without stamps);
 - two manifests naming the same pod: the first file (in name order) wins.
 
 A manifest that changes gets a new UID (the hash of its content): the old pod goes, the new
@@ -31,9 +35,32 @@ from nodeagent.staticpods.manifest import (
     parse_manifest,
     static_pod,
 )
-from nodeagent.staticpods.reader import DirectoryReader, Listing, ManifestReader
+from nodeagent.staticpods.reader import DirectoryReader, Listing, ManifestFile, ManifestReader
 
 DEFAULT_PERIOD: Final = 20.0
+ERROR_TEXT_MAX: Final = 300
+
+Decoded = dict[str, Any] | ManifestError
+Decoder = Callable[[bytes, str, str], Decoded]
+"""``(data, path, node_name)`` to the pod or the error: :func:`decode_file`."""
+
+
+def unexpected(path: str, e: Exception) -> ManifestError:
+    text = f"{type(e).__name__}: {e}"
+    if len(text) > ERROR_TEXT_MAX:
+        text = text[: ERROR_TEXT_MAX - 3] + "..."
+    return ManifestError(path, "", f"cannot be read as a pod: {text}")
+
+
+def decode_file(data: bytes, path: str, node_name: str) -> Decoded:
+    """One manifest file to its pod, or the error that says why not; never raises.
+    Blocking: :class:`FileSource` runs it in a thread."""
+    try:
+        return static_pod(parse_manifest(data, path=path), path=path, node_name=node_name)
+    except ManifestError as e:
+        return e
+    except Exception as e:  # one file, whatever its content, never stops the others
+        return unexpected(path, e)
 
 
 def seen_timestamp(clock: Clock) -> str:
@@ -52,19 +79,23 @@ class FileSource:
         clock: Clock,
         period: float = DEFAULT_PERIOD,
         reader: ManifestReader | None = None,
+        decode: Decoder = decode_file,
         log: Logger | None = None,
     ) -> None:
+        """``decode`` runs in a worker thread, once per new or changed file."""
         self._path = path
         self._node = node_name
         self._clock = clock
         self._period = period
         self._reader = reader or DirectoryReader()
+        self._decode_file = decode
         self._log = (log or get_logger("staticpods")).bind(static_pod_path=path)
         self._pods: dict[str, dict[str, Any]] = {}  # by uid, in file order
         self._files: dict[str, str] = {}  # uid -> manifest path
         self._seen: dict[str, str] = {}
         self._issued: set[str] = set()
         self._problems: dict[str, str] = {}  # path -> what was last reported about it
+        self._decoded: dict[str, tuple[object, Decoded]] = {}  # path -> (stamp, result)
         self._rv = 0
         self._synced = asyncio.Event()
         self._changed = asyncio.Event()
@@ -129,9 +160,21 @@ class FileSource:
             self._replace({}, {})
             return
         self._problems.pop(self._path, None)
-        self._replace(*self._extract(listing))
+        self._replace(*(await self._extract(listing)))
 
-    def _extract(self, listing: Listing) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    async def _decode(self, f: ManifestFile) -> Decoded:
+        key: object = f.stamp if f.stamp is not None else f.data
+        cached = self._decoded.get(f.path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            result = await asyncio.to_thread(self._decode_file, f.data, f.path, self._node)
+        except Exception as e:  # the decoder's own guard failed: still only this file
+            result = unexpected(f.path, e)
+        self._decoded[f.path] = (key, result)
+        return result
+
+    async def _extract(self, listing: Listing) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         pods: dict[str, dict[str, Any]] = {}
         files: dict[str, str] = {}
         names: dict[tuple[str, str], str] = {}
@@ -141,13 +184,11 @@ class FileSource:
             if f.error:
                 self._report(f.path, "", f.error)
                 continue
-            try:
-                pod = static_pod(
-                    parse_manifest(f.data, path=f.path), path=f.path, node_name=self._node
-                )
-            except ManifestError as e:
-                self._report(f.path, e.field, e.message)
+            decoded = await self._decode(f)
+            if isinstance(decoded, ManifestError):
+                self._report(f.path, decoded.field, decoded.message)
                 continue
+            pod = decoded
             meta = pod["metadata"]
             key = (meta["namespace"], meta["name"])
             if key in names:
@@ -164,6 +205,8 @@ class FileSource:
             files[meta["uid"]] = f.path
         for path in [p for p in self._problems if p not in reported]:
             del self._problems[path]
+        for path in [p for p in self._decoded if p not in reported]:
+            del self._decoded[path]
         return pods, files
 
     def _report(
@@ -183,9 +226,11 @@ class FileSource:
 
     def _replace(self, pods: dict[str, dict[str, Any]], files: dict[str, str]) -> None:
         now = seen_timestamp(self._clock)
-        for uid, pod in pods.items():
+        for uid, pod in list(pods.items()):
             seen = self._seen.setdefault(uid, now)
-            pod["metadata"]["annotations"][CONFIG_SEEN_ANNOTATION] = seen
+            meta = pod["metadata"]
+            annotations = {**meta["annotations"], CONFIG_SEEN_ANNOTATION: seen}
+            pods[uid] = {**pod, "metadata": {**meta, "annotations": annotations}}
         for uid in pods.keys() - self._pods.keys():
             meta = pods[uid]["metadata"]
             self._log.info(
