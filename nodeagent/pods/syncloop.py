@@ -33,7 +33,8 @@ from nodeagent.pods.admission import admit_pod
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
-from nodeagent.podspec import Pod, decode_pod
+from nodeagent.podspec import Pod
+from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 
 HOUSEKEEPING_PERIOD: Final = 2.0
@@ -203,7 +204,7 @@ class SyncLoop:
 
     def _decode(self, obj: dict[str, Any]) -> Pod | None:
         try:
-            return decode_pod(obj)
+            return decode_checked_pod(obj)
         except msgspec.ValidationError as e:
             meta = obj.get("metadata") or {}
             uid = str(meta.get("uid", ""))
