@@ -1,6 +1,6 @@
 """Where the node's client credentials live, written as the kubelet writes them.
 
-``<rootDir>/pki/kubelet-client-<timestamp>.pem`` holds the certificate and its key (0600);
+``<rootDir>/pki/`` (0700) holds ``kubelet-client-<timestamp>.pem``, certificate and key (0600);
 ``kubelet-client-current.pem`` is a symlink to the newest, swapped atomically (rename), and the
 node kubeconfig points both ``client-certificate`` and ``client-key`` at that link, so a
 rotation never leaves a half-written identity. A key waiting for its certificate is kept in
@@ -22,15 +22,34 @@ PENDING_KEY: Final = "kubelet-client.key.tmp"
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write atomically; the file is 0600 from the moment it exists."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    """Write atomically; the file is 0600 from the moment it exists.
+
+    The temporary file is always created fresh (``O_CREAT | O_EXCL | O_NOFOLLOW``): a leftover
+    one is removed first, so neither its mode nor a symlink planted at its name is reused.
+    Missing parent directories are created 0700.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp.unlink(missing_ok=True)  # removes a symlink itself, never its target
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # exactly 0600 whatever the umask
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` 0700, or tighten it to 0700 when it exists readable by others."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
 
 
 class CertStore:
@@ -58,6 +77,7 @@ class CertStore:
             return None
 
     def save_pending_key(self, key_pem: bytes) -> None:
+        ensure_private_dir(self.pki_dir)
         write_private(self.pki_dir / PENDING_KEY, key_pem)
 
     def discard_pending_key(self) -> None:
@@ -67,6 +87,7 @@ class CertStore:
         """Write cert+key to a new timestamped file and point the current link at it."""
         stamp = now.astimezone(dt.UTC).strftime("%Y-%m-%d-%H-%M-%S")
         target = self.pki_dir / f"kubelet-client-{stamp}.pem"
+        ensure_private_dir(self.pki_dir)
         write_private(target, cert_pem.rstrip(b"\n") + b"\n" + key_pem)
         link_tmp = self.pki_dir / f".{CURRENT}.tmp"
         link_tmp.unlink(missing_ok=True)
