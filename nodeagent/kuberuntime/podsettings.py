@@ -45,6 +45,8 @@ class PodRuntimeSettings:
     """Defaults for downward-API ``limits.*`` of containers that set no limit."""
     runtime_name: str = "containerd"
     runtime_handler: str = ""
+    seccomp_default: bool = False
+    """``kubelet.seccompDefault``: containers without a seccompProfile get RuntimeDefault."""
 
     def pod_log_dir(self, *, namespace: str, name: str, uid: str) -> str:
         """``/var/log/pods/<namespace>_<name>_<uid>``."""
@@ -52,3 +54,8 @@ class PodRuntimeSettings:
 
     def pod_dir(self, uid: str) -> str:
         return str(PurePosixPath(self.root_dir) / "pods" / uid)
+
+    @property
+    def seccomp_profile_root(self) -> str:
+        """Where ``Localhost`` seccomp profiles live: ``<rootDir>/seccomp``."""
+        return str(PurePosixPath(self.root_dir) / "seccomp")

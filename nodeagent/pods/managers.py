@@ -68,6 +68,7 @@ def runtime_settings(
         cgroup_v2=cgroups.host_cgroup_fs() == "cgroup2",
         memory_capacity=memory_capacity if memory_capacity is not None else _memory_bytes(),
         runtime_name="containerd",
+        seccomp_default=k.seccomp_default,
     )
 
 
