@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import cni, netsafety, processes
+from harness import cni, netns, netsafety, processes
 from harness.containerd import Containerd, ContainerdConfig, start_containerd, stop_containerd
 from harness.controlplane import ControlPlane
 from harness.images import BUSYBOX_IMAGE, BuiltImage
@@ -54,6 +54,7 @@ class AgentNode:
     log: Path
     endpoint: str
     cgroup_root: str  # top-level cgroup name, without the leading slash
+    netns: str | None = None  # run inside this network namespace (its proxy programs that one)
     procs: list[processes.Proc] = field(default_factory=list)
 
     @property
@@ -62,7 +63,16 @@ class AgentNode:
 
     def start(self) -> processes.Proc:
         """Start ``nodeagent run`` (from the main thread: it dies with the test run)."""
-        argv = (sys.executable, "-m", "nodeagent", "run", "--config", str(self.config))
+        argv: tuple[str, ...] = (
+            sys.executable,
+            "-m",
+            "nodeagent",
+            "run",
+            "--config",
+            str(self.config),
+        )
+        if self.netns is not None:  # nsenter, not `ip netns exec`: that remounts /sys (cgroups)
+            argv = ("nsenter", f"--net=/run/netns/{self.netns}", *argv)
         proc = processes.start(name="nodeagent", argv=argv, log=self.log)
         self.procs.append(proc)
         return proc
@@ -244,33 +254,66 @@ def remove_log_links(namespace: str) -> None:
 
 @contextlib.asynccontextmanager
 async def agent_node(
-    control_plane: ControlPlane, tmp_path: Path, endpoint: str
+    control_plane: ControlPlane, tmp_path: Path, endpoint: str, *, with_proxy: bool = False
 ) -> AsyncIterator[AgentNode]:
+    """``with_proxy``: every manager on, as ``make up`` runs it, the agent in a network
+    namespace of the test's own (``node.netns``, node IP ``netns.NODE_IP``, the apiserver
+    forwarded to its 127.0.0.1) so its proxy programs that namespace's ``ip nodeagent``."""
     suffix = secrets.token_hex(3)
     name = namespace = f"na-proc-{suffix}"
     cgroup_root = f"na-it-{suffix}"
     config = tmp_path / "config.yaml"
+    kubeconfig = control_plane.node_kubeconfig(name)
     settings = agent_config(
         name=name,
-        kubeconfig=control_plane.node_kubeconfig(name),
+        kubeconfig=kubeconfig,
         endpoint=endpoint,
         cgroup_root=cgroup_root,
         tmp_path=tmp_path,
     )
-    config.write_text(yaml.safe_dump(settings))
-    node = AgentNode(
-        name=name,
-        namespace=namespace,
-        config=config,
-        log=tmp_path / "nodeagent.log",
-        endpoint=endpoint,
-        cgroup_root=cgroup_root,
-    )
-    control_plane.kubectl("create", "namespace", namespace)
+    async with contextlib.AsyncExitStack() as stack:
+        ns = None
+        if with_proxy:
+            ns = stack.enter_context(_netns(suffix))
+            forwarder = await netns.Forwarder(ns.name, control_plane.ports.apiserver).start()
+            stack.push_async_callback(forwarder.stop)
+            settings["proxy"] = {"enabled": True}
+            settings["node"]["nodeIP"] = netns.NODE_IP
+            settings["node"]["kubeconfig"] = str(_inside(kubeconfig, tmp_path))
+        config.write_text(yaml.safe_dump(settings))
+        node = AgentNode(
+            name=name,
+            namespace=namespace,
+            config=config,
+            log=tmp_path / "nodeagent.log",
+            endpoint=endpoint,
+            cgroup_root=cgroup_root,
+            netns=ns.name if ns is not None else None,
+        )
+        control_plane.kubectl("create", "namespace", namespace)
+        try:
+            yield node
+        finally:
+            await _tear_down(control_plane, node)
+
+
+@contextlib.contextmanager
+def _netns(tag: str) -> Iterator[netns.Netns]:
+    ns = netns.Netns(tag).create()
     try:
-        yield node
+        yield ns
     finally:
-        await _tear_down(control_plane, node)
+        ns.delete()  # its nft tables go with it
+
+
+def _inside(kubeconfig: Path, tmp_path: Path) -> Path:
+    """The same kubeconfig with the server as the namespace sees it (the forwarder)."""
+    data = yaml.safe_load(kubeconfig.read_text())
+    for cluster in data["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{netns.API_PORT}"
+    path = tmp_path / "node-in-netns.kubeconfig"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 async def _tear_down(control_plane: ControlPlane, node: AgentNode) -> None:
