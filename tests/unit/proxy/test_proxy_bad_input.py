@@ -141,6 +141,11 @@ async def test_an_invalid_service_is_skipped_and_the_good_one_beside_it_is_progr
             "endpoints[1].addresses[0]", "'10.244.6.x'", id="address not an address",
         ),
         pytest.param(
+            endpoint_slice("bad", [endpoint("10.244.6.1"), endpoint("10.244.6.2\n10.244.6.3")]),
+            "endpoints[1].addresses[0]", "'10.244.6.2\\n10.244.6.3'",
+            id="two addresses in one",
+        ),
+        pytest.param(
             endpoint_slice("bad", [endpoint("fd00::1")]),
             "endpoints[0].addresses[0]", "'fd00::1'", id="IPv6 address in an IPv4 slice",
         ),
