@@ -312,6 +312,7 @@ class RuntimeManager:
                 restart_count=restart_count,
                 settings=self._settings,
                 inputs=inputs,
+                image_user=self._images.user_of(image_ref),
             )
         except ContainerConfigError as e:
             result.failures[container.name] = ContainerFailure(
