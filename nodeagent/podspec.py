@@ -162,6 +162,11 @@ class Capabilities(_S, frozen=True):
     drop: tuple[str, ...] = ()
 
 
+class SeccompProfile(_S, frozen=True):
+    type: str = ""
+    localhost_profile: str | None = None
+
+
 class SecurityContext(_S, frozen=True):
     privileged: bool | None = None
     run_as_user: int | None = None
@@ -170,6 +175,7 @@ class SecurityContext(_S, frozen=True):
     read_only_root_filesystem: bool | None = None
     allow_privilege_escalation: bool | None = None
     capabilities: Capabilities | None = None
+    seccomp_profile: SeccompProfile | None = None
 
 
 class VolumeMount(_S, frozen=True):
@@ -224,6 +230,7 @@ class PodSecurityContext(_S, frozen=True):
     supplemental_groups: tuple[int, ...] = ()
     fs_group: int | None = None
     sysctls: tuple[Sysctl, ...] = ()
+    seccomp_profile: SeccompProfile | None = None
 
 
 class DNSOption(_S, frozen=True):
@@ -318,12 +325,17 @@ def check_identity(pod: Pod) -> None:
         raise invalid(
             "metadata.uid", meta.uid, "must be letters, digits, '-', '_' or '.', without '..'"
         )
+    if pod.spec.security_context is not None:
+        _check_seccomp("spec.securityContext", pod.spec.security_context.seccomp_profile)
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),
     ):
         for i, container in enumerate(containers):
             where = f"spec.{key}[{i}]"
+            if container.security_context is not None:
+                profile = container.security_context.seccomp_profile
+                _check_seccomp(f"{where}.securityContext", profile)
             if not container.name:
                 raise PodSpecError(f"{where}.name", "Required value")
             if problem := dns1123_label_problem(container.name):
@@ -335,6 +347,28 @@ def check_identity(pod: Pod) -> None:
                         port.host_ip,
                         "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
                     )
+
+
+SECCOMP_TYPES: Final = ("RuntimeDefault", "Unconfined", "Localhost")
+
+
+def _check_seccomp(where: str, profile: SeccompProfile | None) -> None:
+    if profile is None:
+        return
+    if profile.type not in SECCOMP_TYPES:
+        supported = ", ".join(f'"{t}"' for t in SECCOMP_TYPES)
+        raise PodSpecError(
+            f"{where}.seccompProfile.type",
+            f"Unsupported value: {show_value(profile.type)}: supported values: {supported}",
+        )
+    local = profile.localhost_profile
+    field = f"{where}.seccompProfile.localhostProfile"
+    if profile.type == "Localhost" and not local:
+        raise PodSpecError(field, "Required value: must be set when seccomp type is Localhost")
+    if profile.type != "Localhost" and local is not None:
+        raise invalid(field, local, "can only be set when seccomp type is Localhost")
+    if local and (local.startswith("/") or ".." in local.split("/")):
+        raise invalid(field, local, "must be a relative path without '..'")
 
 
 def _is_ip(text: str) -> bool:

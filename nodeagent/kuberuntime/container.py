@@ -5,11 +5,20 @@ expanded, working dir, environment (``env.py``), the ``io.kubernetes.*`` labels 
 annotations, the log path ``<container>/<restartCount>.log`` (relative to the sandbox's log
 directory), mounts given by the caller, and the Linux part: resources (cpu shares, CFS quota,
 memory limit, OOM score adjustment) and the security context. Pure.
+
+The security context as the kubelet's ``determineEffectiveSecurityContext``: the seccomp profile
+(container's, else pod's, else ``RuntimeDefault`` with ``seccompDefault``, else
+``Unconfined``; ``Localhost`` profiles under ``<rootDir>/seccomp``), and ``runAsNonRoot``
+verified against the user the image runs as (its CRI ``ImageStatus``: a uid, else a user name,
+else root) when no ``runAsUser`` is set. What cannot be honoured raises
+:class:`ContainerConfigError` (``CreateContainerConfigError``), never anything else.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from cri_protos.runtime.v1 import api_pb2 as api
@@ -24,7 +33,14 @@ from nodeagent.kuberuntime.env import (
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.sandbox import namespace_options
 from nodeagent.pods.qos import container_oom_score_adj
-from nodeagent.podspec import Container, Pod
+from nodeagent.podspec import (
+    Container,
+    Pod,
+    SeccompProfile,
+    dns1123_label_problem,
+    format_pod,
+    show_value,
+)
 from nodeagent.quantity import milli_value, value
 
 MIN_SHARES: Final = 2
@@ -53,6 +69,18 @@ DEFAULT_READONLY_PATHS: Final = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ImageUser:
+    """Who the image runs as, from CRI ``ImageStatus``: ``uid`` when numeric, else
+    ``username``; neither means root, as the kubelet's ``getImageUser`` reads it."""
+
+    uid: int | None = None
+    username: str = ""
+
+
+ROOT: Final = ImageUser(uid=0)
+
+
 def milli_cpu_to_shares(milli_cpu: int) -> int:
     if milli_cpu == 0:
         return MIN_SHARES
@@ -66,6 +94,11 @@ def milli_cpu_to_quota(milli_cpu: int, period: int) -> int:
 
 
 def container_log_path(container: Container, restart_count: int) -> str:
+    """``<container>/<restartCount>.log``; the name is checked first, as it becomes a path."""
+    if problem := dns1123_label_problem(container.name):
+        raise ContainerConfigError(
+            f"invalid container name {show_value(container.name)}: {problem}"
+        )
     return f"{container.name}/{restart_count}.log"
 
 
@@ -73,15 +106,20 @@ def linux_resources(
     pod: Pod, container: Container, settings: PodRuntimeSettings
 ) -> cri.LinuxContainerResources:
     requests, limits = container.resources.requests, container.resources.limits
-    cpu_limit = milli_value(limits.get("cpu", 0))
-    if "cpu" not in requests and "cpu" in limits:
-        shares = milli_cpu_to_shares(cpu_limit)
-    else:
-        shares = milli_cpu_to_shares(milli_value(requests.get("cpu", 0)))
+    try:
+        cpu_limit = milli_value(limits.get("cpu", 0))
+        if "cpu" not in requests and "cpu" in limits:
+            shares = milli_cpu_to_shares(cpu_limit)
+        else:
+            shares = milli_cpu_to_shares(milli_value(requests.get("cpu", 0)))
+        memory_limit = value(limits.get("memory", 0))
+        oom_score_adj = container_oom_score_adj(pod, container, settings.memory_capacity)
+    except (ValueError, ArithmeticError) as e:
+        raise ContainerConfigError(f"invalid resources of container {container.name}: {e}") from e
     resources = cri.LinuxContainerResources(
         cpu_shares=shares,
-        memory_limit_in_bytes=value(limits.get("memory", 0)),
-        oom_score_adj=container_oom_score_adj(pod, container, settings.memory_capacity),
+        memory_limit_in_bytes=memory_limit,
+        oom_score_adj=oom_score_adj,
     )
     if settings.cpu_cfs_quota:
         period = settings.cpu_cfs_quota_period_us
@@ -90,11 +128,75 @@ def linux_resources(
     return resources
 
 
-def security_context(pod: Pod, container: Container) -> api.LinuxContainerSecurityContext:
+def seccomp_profile(
+    pod: Pod, container: Container, settings: PodRuntimeSettings
+) -> api.SecurityProfile:
+    """The container's seccomp profile, as the kubelet's ``getSeccompProfile`` picks it."""
+    csc, psc = container.security_context, pod.spec.security_context
+    profile: SeccompProfile | None = None
+    if csc is not None and csc.seccomp_profile is not None:
+        profile = csc.seccomp_profile
+    elif psc is not None and psc.seccomp_profile is not None:
+        profile = psc.seccomp_profile
+    if profile is None:
+        if settings.seccomp_default:
+            return api.SecurityProfile(profile_type=api.SecurityProfile.RuntimeDefault)
+        return api.SecurityProfile(profile_type=api.SecurityProfile.Unconfined)
+    if profile.type == "RuntimeDefault":
+        return api.SecurityProfile(profile_type=api.SecurityProfile.RuntimeDefault)
+    if profile.type == "Localhost":
+        local = profile.localhost_profile or ""
+        if not local:
+            raise ContainerConfigError(
+                "localhostProfile must be set if seccompProfile type is Localhost."
+            )
+        if local.startswith("/") or ".." in local.split("/"):
+            raise ContainerConfigError(
+                f"invalid localhostProfile {show_value(local)}: must be a relative path "
+                "without '..'"
+            )
+        return api.SecurityProfile(
+            profile_type=api.SecurityProfile.Localhost,
+            localhost_ref=posixpath.join(settings.seccomp_profile_root, local),
+        )
+    return api.SecurityProfile(profile_type=api.SecurityProfile.Unconfined)
+
+
+def verify_run_as_non_root(
+    pod: Pod, container: Container, run_as_user: int | None, image_user: ImageUser
+) -> None:
+    """``runAsNonRoot`` without ``runAsUser``: the image's own user must not be root, as
+    the kubelet's ``verifyRunAsNonRoot`` checks it."""
+    if run_as_user is not None:
+        return
+    where = f'(pod: "{format_pod(pod)}", container: {container.name})'
+    if image_user.uid is not None:
+        if image_user.uid == 0:
+            raise ContainerConfigError(
+                f"container has runAsNonRoot and image will run as root {where}"
+            )
+        return
+    if image_user.username:
+        raise ContainerConfigError(
+            f"container has runAsNonRoot and image has non-numeric user "
+            f"({image_user.username}), cannot verify user is non-root {where}"
+        )
+    raise ContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
+
+
+def security_context(
+    pod: Pod,
+    container: Container,
+    settings: PodRuntimeSettings,
+    *,
+    image_user: ImageUser | None = None,
+) -> api.LinuxContainerSecurityContext:
+    """``image_user``: who the image runs as (checked against ``runAsNonRoot``); None skips
+    that check."""
     csc, psc = container.security_context, pod.spec.security_context
     out = api.LinuxContainerSecurityContext(
         namespace_options=namespace_options(pod),
-        seccomp=api.SecurityProfile(profile_type=api.SecurityProfile.Unconfined),
+        seccomp=seccomp_profile(pod, container, settings),
     )
     run_as_user = csc.run_as_user if csc and csc.run_as_user is not None else None
     if run_as_user is None and psc is not None:
@@ -110,6 +212,8 @@ def security_context(pod: Pod, container: Container) -> api.LinuxContainerSecuri
             f"container's runAsUser breaks non-root policy (pod: \"{pod.name}_{pod.namespace}"
             f'({pod.uid})", container: {container.name})'
         )
+    if non_root and image_user is not None:
+        verify_run_as_non_root(pod, container, run_as_user, image_user)
     if run_as_user is not None:
         out.run_as_user.value = run_as_user
     if run_as_group is not None:
@@ -139,9 +243,12 @@ def build_container_config(
     settings: PodRuntimeSettings,
     inputs: EnvInputs,
     mounts: Sequence[cri.Mount] = (),
+    image_user: ImageUser | None = None,
 ) -> cri.ContainerConfig:
     """Raises ``ContainerConfigError`` with the kubelet's message when the environment or the
-    security context cannot be honoured."""
+    security context cannot be honoured. ``image_user``: the image's user from its
+    ``ImageStatus`` (``runAsNonRoot`` is verified against it)."""
+    log_path = container_log_path(container, restart_count)
     env = make_environment(pod, container, inputs)
     command, args = expand_command(container, env)
     return cri.ContainerConfig(
@@ -154,12 +261,12 @@ def build_container_config(
         mounts=list(mounts),
         labels=labels.container_labels(pod, container),
         annotations=labels.container_annotations(pod, container, restart_count),
-        log_path=container_log_path(container, restart_count),
+        log_path=log_path,
         stdin=container.stdin,
         stdin_once=container.stdin_once,
         tty=container.tty,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, settings),
-            security_context=security_context(pod, container),
+            security_context=security_context(pod, container, settings, image_user=image_user),
         ),
     )

@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final
 
 from nodeagent.podspec import (
@@ -22,6 +23,7 @@ from nodeagent.podspec import (
     KeySelector,
     Pod,
     ResourceFieldSelector,
+    show_value,
 )
 from nodeagent.quantity import parse_quantity
 
@@ -168,11 +170,32 @@ def resource_value(
         "hugepages-"
     ):
         raise ContainerConfigError(f"unsupported container resource : {ref.resource}")
-    amount = parse_quantity(values.get(resource, 0))
-    divisor = parse_quantity(ref.divisor) if ref.divisor not in (None, "", 0, "0") else 1
+    try:
+        amount = parse_quantity(values.get(resource, 0))
+    except ValueError as e:
+        raise ContainerConfigError(f"invalid quantity of {ref.resource}: {e}") from e
+    divisor = _divisor(ref)
     if resource == "cpu":  # in thousandths, as MilliValue() divides
         return str(math.ceil(math.ceil(amount * 1000) / math.ceil(divisor * 1000)))
     return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
+
+
+def _divisor(ref: ResourceFieldSelector) -> Fraction:
+    """The divisor of a ``resourceFieldRef`` (1 when unset); it must be positive."""
+    if ref.divisor in (None, "", 0, "0"):
+        return Fraction(1)
+    shown = show_value(ref.divisor)
+    try:
+        divisor = parse_quantity(ref.divisor) if ref.divisor is not None else Fraction(1)
+    except ValueError as e:
+        raise ContainerConfigError(
+            f"invalid divisor {shown} of resourceFieldRef {ref.resource}: {e}"
+        ) from e
+    if divisor <= 0:
+        raise ContainerConfigError(
+            f"invalid divisor {shown} of resourceFieldRef {ref.resource}: must be greater than zero"
+        )
+    return divisor
 
 
 def _keyed(

@@ -12,6 +12,9 @@ Events as the kubelet's image manager records them, about the container (``Pulli
 ``Pulled``, ``Failed``, ``BackOff``, ``ErrImageNeverPull``, ``InspectFailed``). ``Pulled``
 after a pull gives its duration and the image's size. A present image gives the message of the
 kubelet without ``KubeletEnsureSecretPulledImages`` (pull credentials are not re-verified).
+
+The ``ImageStatus`` read on the way also says who the image runs as (``uid`` / ``username``):
+:meth:`ImageManager.user_of` gives it for ``runAsNonRoot``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Final
 
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.backoff import Backoff, image_key
+from nodeagent.kuberuntime.container import ROOT, ImageUser
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.imageref import parse_image_ref
 from nodeagent.kuberuntime.results import (
@@ -39,6 +43,13 @@ PULL_FAILURE_RESYNC: Final = 1.0
 IMAGE_INSPECT_ERROR: Final = "ImageInspectError"
 
 
+def image_user(image: cri.Image) -> ImageUser:
+    """The user of a CRI image: its numeric ``uid`` when set, else its ``username``."""
+    if image.HasField("uid"):
+        return ImageUser(uid=int(image.uid.value))
+    return ImageUser(username=image.username) if image.username else ROOT
+
+
 class ImageFailure(Exception):
     def __init__(self, failure: ContainerFailure, retry_in: float | None = None) -> None:
         super().__init__(failure.message)
@@ -54,6 +65,12 @@ class ImageManager:
         self._backoff = backoff
         self._monotonic = monotonic
         self._pull_errors: dict[str, str] = {}  # back-off key -> "ErrImagePull: <error>"
+        self._users: dict[str, ImageUser] = {}  # image ref -> who it runs as
+
+    def user_of(self, ref: str) -> ImageUser:
+        """Who the image ``ensure_image`` returned ``ref`` for runs as; root when its status
+        did not say (the kubelet's ``getImageUser``)."""
+        return self._users.get(ref, ROOT)
 
     def forget(self, uid: str) -> None:
         """Drop a deleted pod's pull back-offs and pull errors."""
@@ -88,6 +105,8 @@ class ImageManager:
             event("Warning", "InspectFailed", message)
             raise ImageFailure(ContainerFailure(IMAGE_INSPECT_ERROR, message)) from e
         present = status.image.id if status.HasField("image") else ""
+        if present:
+            self._users[present] = image_user(status.image)
         policy = container.pull_policy
         if policy == "Never" or (policy == "IfNotPresent" and present):
             if present:
@@ -118,7 +137,7 @@ class ImageManager:
             # back-off expires, as the kubelet's next sync reports it.
             raise ImageFailure(failure, retry_in=PULL_FAILURE_RESYNC) from e
         took = go_duration(self._monotonic() - started)
-        size = await self._size(image)
+        size = await self._size(image, ref)
         event(
             "Normal",
             "Pulled",
@@ -128,10 +147,14 @@ class ImageManager:
         self._backoff.gc()
         return ref
 
-    async def _size(self, image: str) -> int:
-        """The pulled image's size, best effort (the kubelet's ``GetImageSize``)."""
+    async def _size(self, image: str, ref: str) -> int:
+        """The pulled image's size, best effort (the kubelet's ``GetImageSize``); notes its
+        user on the way."""
         try:
             status = await self._images.image_status(image)
         except CriError:
             return 0
-        return int(status.image.size) if status.HasField("image") else 0
+        if not status.HasField("image"):
+            return 0
+        self._users[ref] = image_user(status.image)
+        return int(status.image.size)
