@@ -172,7 +172,9 @@ class FamilyTable:
                 new = contribute(want[0], want[1], layout=self.layout, previous=before)
             diff.extend(self.programmed.replace(name, new))
             changes.append((before, new))
-        new_chains = self.programmed.chains() - self.chains_present
+        wanted_chains = self.programmed.chains()
+        new_chains = wanted_chains - self.chains_present
+        unused_chains = self.chains_present - wanted_chains
         gone: set[Target] = set()
         for before, new in changes:
             if before is not None:
@@ -183,13 +185,15 @@ class FamilyTable:
                 lambda t: t in gone, await self.nft.list_names("maps")
             )
         tx = self.nft.new_transaction()
-        partial_sync(tx, layout=self.layout, diff=diff, new_chains=new_chains)
+        partial_sync(
+            tx, layout=self.layout, diff=diff, new_chains=new_chains, unused_chains=unused_chains
+        )
         for el in stale:
             tx.delete(el)
         self.last_transactions = [tx]
         if len(tx):
             await self.nft.run(tx)
-        self.chains_present |= new_chains
+        self.chains_present = wanted_chains
         return await self._clear_flows(len(tx), changes, initial=False)
 
     async def _affinity_entries(

@@ -72,11 +72,22 @@ def full_sync(
 
 
 def partial_sync(
-    tx: Transaction, *, layout: Layout, diff: ElementDiff, new_chains: Iterable[str]
+    tx: Transaction,
+    *,
+    layout: Layout,
+    diff: ElementDiff,
+    new_chains: Iterable[str],
+    unused_chains: Iterable[str] = (),
 ) -> None:
+    """New shape chains first, then the element changes; last, the shape chains no service
+    port uses any more (their last references, map elements, are deleted earlier in the same
+    transaction), so a partial sync leaves the table as a full sync would build it."""
     _add_chains(tx, layout, new_chains)
     tx.delete_elements(_grouped(diff.deleted))
     tx.add_elements(_grouped(diff.added))
+    for chain, _ in _dynamic(layout, sorted(unused_chains)):
+        tx.flush(chain)  # older kernels refuse to delete a chain that still has rules
+        tx.delete(chain)
 
 
 def more_elements(

@@ -9,6 +9,7 @@ from proxy_builders import EXTERNAL_CLIENT, NODE, NODE_IP, POD_CLIENT, Proxy, en
 from proxy_builders import endpoint_slice as slice_of
 
 from nodeagent.nft import NftError, Transaction
+from nodeagent.nft.objects import Chain
 from nodeagent.testing.fake_nft import FakeNFTables
 
 SHARED = endpoint("10.244.9.9")  # backs every service: one hairpin element, many owners
@@ -124,3 +125,26 @@ async def test_a_failed_step_leaves_a_partial_table_that_the_next_full_sync_comp
 
     assert len(p.nft["ip"].transactions) == 3  # step 1, step 2 (refused), one full sync
     assert p.dump() == reference.dump()
+
+
+async def test_removing_the_last_service_of_a_shape_deletes_its_chains_in_the_partial_sync() -> (
+    None
+):
+    p = proxy()
+    assert await p.sync()
+    assert "chain ip nodeagent affinity-10800" in p.dump()
+
+    p.services.remove("default", "c")  # the only ClientIP service, the only one with 3 endpoints
+    p.slices.remove("default", "c-abc")
+    assert await p.sync()
+
+    tx = p.nft["ip"].last_transaction
+    assert tx is not None
+    deleted = {op.obj.name for op in tx.operations if isinstance(op.obj, Chain)}  # type: ignore[union-attr]
+    assert {"affinity-10800", "cluster-3"} <= deleted
+    reference = Proxy(
+        services=[o for o in objects() if "spec" in o and o["metadata"]["name"] != "c"],
+        slices=[o for o in objects() if "endpoints" in o and o["metadata"]["name"] != "c-abc"],
+    )
+    assert await reference.sync()
+    assert p.dump() == reference.dump()  # as a full sync would build it: no unused chain left
