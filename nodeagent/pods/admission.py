@@ -5,7 +5,9 @@ linux, then the scheduler's resource fit on allocatable minus what the admitted 
 (pods count first, then cpu, memory, ephemeral-storage). A refusal carries the kubelet's reason
 (``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``, ``OutOfephemeral-storage``) and message
 (``Node didn't have enough resource: cpu, requested: 500, used: 1800, capacity: 2000``).
-Features nodeagent does not implement are refused with a reason of their own. Pure.
+Features nodeagent does not implement are refused with a reason of their own. A quantity that
+cannot be computed with (decoding refuses those, so only a pod built another way) is the
+kubelet's ``UnexpectedAdmissionError``, never an exception. Pure.
 """
 
 from __future__ import annotations
@@ -76,10 +78,26 @@ def unsupported(pod: Pod) -> AdmitResult | None:
     return None
 
 
+UNEXPECTED_ADMISSION_ERROR: Final = "UnexpectedAdmissionError"
+
+
 def admit_pod(
     pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
 ) -> AdmitResult:
     """Whether ``pod`` may run next to the ``admitted`` (non-terminal) pods."""
+    try:
+        return _admit(pod, allocatable=allocatable, admitted=admitted)
+    except (ValueError, ArithmeticError) as e:
+        return AdmitResult(
+            False,
+            UNEXPECTED_ADMISSION_ERROR,
+            f"Allocate failed due to {e}, which is unexpected",
+        )
+
+
+def _admit(
+    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+) -> AdmitResult:
     refused = unsupported(pod)
     if refused is not None:
         return refused

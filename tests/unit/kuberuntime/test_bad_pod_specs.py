@@ -19,6 +19,7 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import CREATE_CONTAINER_CONFIG_ERROR, PodEvent
 from nodeagent.kuberuntime.runtime_state import PodRuntimeState
+from nodeagent.pods.admission import admit_pod
 from nodeagent.podspec import Pod, PodSpecError, decode_pod
 from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.testing.fake_apiserver import LoopClock
@@ -333,3 +334,18 @@ def test_a_divisor_that_is_not_positive_is_a_container_config_error(divisor: str
     assert str(caught.value) == (
         f'invalid divisor "{divisor}" of resourceFieldRef limits.cpu: must be greater than zero'
     )
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+def test_admission_refuses_a_quantity_it_cannot_compute_with_instead_of_raising() -> None:
+    p = msgspec.convert(
+        pod_object("web", containers=[container("app", requests={"memory": "1Gi2"})]),
+        Pod,
+        strict=False,
+    )  # built around the decode checks, as no source does
+    result = admit_pod(p, allocatable={"pods": "110", "memory": "8Gi"}, admitted=[])
+    assert not result.admit
+    assert result.reason == "UnexpectedAdmissionError"
+    assert "1Gi2" in result.message
