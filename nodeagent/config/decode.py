@@ -15,14 +15,22 @@ import msgspec
 import yaml
 from msgspec import inspect
 
-from nodeagent.config.problem import Invalid, Problem, entry, field_path, one_of, show
+from nodeagent.config.problem import (
+    Invalid,
+    Problem,
+    entry,
+    field_path,
+    one_line,
+    one_of,
+    show,
+)
 from nodeagent.config.schema import Config
 from nodeagent.config.units import DURATION_HELP, Duration
 from nodeagent.config.yamldoc import Component, components
 
 _MSG = re.compile(r"(?P<msg>.*?)(?: - at `(?P<at>[^`]*)`(?: in `(?P<inside>[^`]*)`)?)?", re.S)
-_UNKNOWN = re.compile(r"Object contains unknown field `(.*)`")
-_MISSING = re.compile(r"Object missing required field `(.*)`")
+_UNKNOWN = re.compile(r"Object contains unknown field `(.*)`", re.S)
+_MISSING = re.compile(r"Object missing required field `(.*)`", re.S)
 _EXPECTED = re.compile(r"Expected `([^`]*)`, got `([^`]*)`")
 _WORDS: Final = {
     "int": "an integer",
@@ -99,7 +107,7 @@ def translate(text: str, data: dict[str, Any]) -> Problem:
     if msg.startswith("Invalid enum value"):
         allowed = getattr(_type_at(components(path)), "values", ())
         return Problem(path, f"{show(value)} is not {one_of(allowed)}", value)
-    return Problem(path, msg, value)
+    return Problem(path, one_line(msg), value)
 
 
 def _strip(at: str) -> str:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from nodeagent.config.units import Duration, quoted
+from nodeagent.config.units import Duration, printable, quoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +68,17 @@ def _show(value: object, budget: int) -> str:
     if isinstance(value, int) and value.bit_length() > 300:
         return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
     if isinstance(value, Mapping):
-        return _joined("{", ((f"{str(k)[:budget]}: ", v) for k, v in value.items()), "}", budget)
+        return _joined("{", ((f"{_key(k, budget)}: ", v) for k, v in value.items()), "}", budget)
     if isinstance(value, Sequence):
         return _joined("[", (("", v) for v in value), "]", budget)
     return str(value)[: budget + 1]
+
+
+def _key(key: object, budget: int) -> str:
+    """A mapping key as written (``memory``), quoted when it would not read as one line."""
+    text = key if isinstance(key, str) else _show(key, budget)
+    plain = text.isprintable() and text == text.strip() and ":" not in text and bool(text)
+    return text[:budget] if plain else quoted(text)
 
 
 def _joined(left: str, parts: Iterator[tuple[str, object]], right: str, budget: int) -> str:
@@ -81,6 +88,12 @@ def _joined(left: str, parts: Iterator[tuple[str, object]], right: str, budget: 
             return out + "..."
         out += (", " if i else "") + label[:budget] + _show(v, budget - len(out))
     return out + right
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` (a message from a library) cut to ``limit`` characters, anything unprintable
+    escaped, so one problem stays one line."""
+    return printable(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 def one_of(allowed: Sequence[object]) -> str:

@@ -32,10 +32,21 @@ DURATION_HELP: Final = "a duration such as 300ms, 10s, 1m30s or 2h (units ns, us
 
 
 def quoted(text: str) -> str:
-    """``text`` as a JSON string for a message, cut to its first 100 characters."""
+    """``text`` as a JSON string for a message, cut to its first 100 characters; anything not
+    printable (line separators such as U+0085 and U+2028 too) is escaped, so it stays one line."""
     if len(text) <= SHOWN:
-        return json.dumps(text, ensure_ascii=False)
-    return f"{json.dumps(text[:SHOWN], ensure_ascii=False)}... ({len(text)} characters)"
+        return printable(json.dumps(text, ensure_ascii=False))
+    return f"{printable(json.dumps(text[:SHOWN], ensure_ascii=False))}... ({len(text)} characters)"
+
+
+def printable(text: str) -> str:
+    """``text`` with anything unprintable (controls, line separators) escaped as ``\\uXXXX``."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+        for c in text
+    )
 
 
 @final

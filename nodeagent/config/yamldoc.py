@@ -57,6 +57,7 @@ MAX_DEPTH: Final = 64
 MAX_VALUES: Final = 10_000
 MAX_INT_CHARS: Final = 24
 _INT_TAG: Final = "tag:yaml.org,2002:int"
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # What YAML 1.1 allows in a stream (tab, newline, carriage return and the printable characters).
 _UNPRINTABLE: Final = re.compile(
     "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
@@ -323,8 +324,16 @@ class _Walker:
             self.walk(value_node, (*comps, key), sub)
 
     def _scalar(self, node: yaml.ScalarNode, path: str) -> None:
-        """Refuse integers no 64-bit field can hold before PyYAML builds them."""
+        """Refuse lone surrogates, and integers no 64-bit field can hold, before PyYAML builds
+        them."""
         text = str(node.value)
+        if (bad := _SURROGATE.search(text)) is not None:  # from a "\ud800" escape
+            raise ConfigError(
+                path,
+                f"contains \\u{ord(bad.group()):04x}, half of a UTF-16 surrogate pair, not text",
+                source=self.source,
+                line=node.start_mark.line + 1,
+            )
         if node.tag != _INT_TAG:
             return
         if len(text) > MAX_INT_CHARS:
@@ -335,11 +344,16 @@ class _Walker:
                 source=self.source,
                 line=node.start_mark.line + 1,
             )
-        number = self._loader.construct_yaml_int(node)  # at most 24 characters: cheap
-        if not -(2**63) <= number < 2**63:
+        try:
+            number = self._loader.construct_yaml_int(node)  # at most 24 characters: cheap
+        except ValueError:
+            number = None
+        if number is None or not -(2**63) <= number < 2**63:
             raise ConfigError(
                 path,
-                f"{text} is out of range for a 64-bit integer",
+                f"{text} is not an integer"
+                if number is None
+                else f"{text} is out of range for a 64-bit integer",
                 number,
                 source=self.source,
                 line=node.start_mark.line + 1,

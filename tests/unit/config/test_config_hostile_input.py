@@ -240,3 +240,37 @@ def test_verbosity_flag_is_bounded(
 ) -> None:
     assert main(["config", "validate", *argv]) == 2
     assert capsys.readouterr().err.splitlines()[1].startswith(f"  --v: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            'kubelet:\n  maxPods: "\\uD800"\n',
+            "kubelet.maxPods: contains \\ud800, half of a UTF-16 surrogate pair, not text",
+            id="lone surrogate escape",
+        ),
+        pytest.param(
+            "kubelet:\n  maxPods: !!int 0x\n",
+            "kubelet.maxPods: 0x is not an integer",
+            id="tagged non-integer",
+        ),
+        pytest.param(
+            'proxy:\n  conntrack:\n    "\\n": null\n',
+            'proxy.conntrack["\\n"]: unknown field (known fields: maxPerCore, min, '
+            "tcpEstablishedTimeout, tcpCloseWaitTimeout, tcpBeLiberal, udpTimeout, "
+            "udpStreamTimeout)",
+            id="field name with a newline",
+        ),
+        pytest.param(
+            'kubelet:\n  syncFrequency: {" \\x85": 1}\n',
+            "kubelet.syncFrequency: expected a duration such as 300ms, 10s, 1m30s or 2h (units "
+            'ns, us, ms, s, m, h), got {" \\u0085": 1}',
+            id="key with a next-line character",
+        ),
+    ],
+)
+def test_fuzz_findings_are_one_line_errors(fail: Fail, text: str, expected: str) -> None:
+    err = fail(text)
+    assert len(str(err).splitlines()) == 1
+    assert str(err).endswith(expected)
