@@ -93,9 +93,10 @@ Checked before or while parsing, so a hostile or mistaken file gives one error l
   refused unread) of at most {yamldoc.MAX_BYTES // 1024} KiB; it is read with a bounded read.
 - Only tab, newline, carriage return and printable characters; a control character is an error
   naming its line and column.
-- Nesting at most {yamldoc.MAX_DEPTH} levels deep, and at most {yamldoc.MAX_VALUES} values once
-  YAML aliases and merge keys are expanded (so "billion laughs" and merge-key chains are
-  refused); an alias to a node that contains it is an error.
+- Nesting at most {yamldoc.MAX_DEPTH} levels deep, and at most {yamldoc.MAX_VALUES} values (keys
+  count) as written and again once YAML aliases and merge keys are expanded, so "billion laughs"
+  and merge-key chains are refused; an alias to a node that contains it is an error. A file
+  within these caps parses in well under a second.
 - Integers must fit in 64 bits; int32 fields (`maxPods`, `containerLogMaxFiles`,
   `logging.verbosity`, ...) at most 2147483647; `podPidsLimit` at most 4194304 (the kernel's
   PID limit).

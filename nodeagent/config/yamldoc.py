@@ -190,16 +190,27 @@ def _check_text(text: str, source: str) -> None:
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing nesting deeper than ``MAX_DEPTH`` while composing."""
+    """PyYAML's safe loader, refusing nesting deeper than ``MAX_DEPTH`` or more than
+    ``MAX_VALUES`` nodes while composing, before the whole document is built."""
 
     def __init__(self, text: str, source: str) -> None:
         super().__init__(text)
         self._source = source
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
+        self._nodes += 1
         try:
+            if self._nodes > MAX_VALUES:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise ConfigError(
+                    "",
+                    f"invalid YAML at line {mark.line + 1}: more than {MAX_VALUES} values",
+                    source=self._source,
+                    line=mark.line + 1,
+                )
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise ConfigError(
@@ -240,7 +251,7 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
                 )
                 raise ConfigError(
                     path,
-                    f"YAML aliases or merge keys expand this to {what}; write it out instead",
+                    f"has {what}, counting what YAML aliases and merge keys expand to",
                     source=source,
                     line=node.start_mark.line + 1,
                 )

@@ -36,8 +36,16 @@ def merge_chain() -> str:
 
 
 CASES = [
-    pytest.param(billion_laughs(), "kubelet.x.e: YAML aliases or merge keys expand", id="laughs"),
-    pytest.param(merge_chain(), "YAML aliases or merge keys expand this to more than", id="merge"),
+    pytest.param(
+        billion_laughs(),
+        "kubelet.x.e: has more than 10000 values, counting what YAML aliases",
+        id="laughs",
+    ),
+    pytest.param(
+        merge_chain(),
+        "has more than 10000 values, counting what YAML aliases and merge keys",
+        id="merge",
+    ),
     pytest.param(
         HEADER + "kubelet: " + "[" * 1000 + "]" * 1000 + "\n",
         "nested more than 64 levels deep",
@@ -128,7 +136,7 @@ def test_hostile_file_is_one_clean_error(
 def test_alias_amplifiers_stay_far_below_200_mb(text: str) -> None:
     tracemalloc.start()
     try:
-        with pytest.raises(ConfigError, match="expand"):
+        with pytest.raises(ConfigError, match="merge keys expand to"):
             yamldoc.parse(text, source="c.yaml")
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -274,3 +282,28 @@ def test_fuzz_findings_are_one_line_errors(fail: Fail, text: str, expected: str)
     err = fail(text)
     assert len(str(err).splitlines()) == 1
     assert str(err).endswith(expected)
+
+
+def test_too_many_values_are_refused_while_composing(fail: Fail) -> None:
+    start = time.perf_counter()
+    err = fail("kubelet: [" + ",".join(["1"] * 60_000) + "]\n")
+    assert time.perf_counter() - start < 2
+    assert str(err).endswith(":3: invalid YAML at line 3: more than 10000 values")
+
+
+def test_run_refuses_billion_laughs_before_starting(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(billion_laughs())
+    run = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[1] == (
+        f"  {path}:9: kubelet.x.e: has more than 10000 values, counting what YAML aliases and "
+        "merge keys expand to"
+    )
