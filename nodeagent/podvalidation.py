@@ -59,9 +59,36 @@ def check_quantities(pod: Pod) -> None:
         check_quantity(field, raw)
 
 
+def _raw_quantities(obj: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
+    """The quantity maps of the raw JSON, so a value of the wrong type is named by its key
+    (msgspec alone would say ``limits[...]``)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for i, container in enumerate(containers):
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for kind in ("limits", "requests"):
+                values = resources.get(kind)
+                if isinstance(values, Mapping):
+                    for name, raw in values.items():
+                        yield f"spec.{key}[{i}].resources.{kind}.{name}", raw
+    overhead = spec.get("overhead")
+    if isinstance(overhead, Mapping):
+        for name, raw in overhead.items():
+            yield f"spec.overhead.{name}", raw
+
+
 def decode_checked_pod(obj: Mapping[str, Any]) -> Pod:
     """A Pod from its JSON with every quantity checked; raises ``msgspec.ValidationError``
     (:class:`PodSpecError` for what the agent itself refuses) naming the bad field."""
+    for field, raw in _raw_quantities(obj):
+        check_quantity(field, raw)
     pod = decode_pod(dict(obj))
     check_quantities(pod)
     return pod

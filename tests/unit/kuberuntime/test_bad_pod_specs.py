@@ -349,3 +349,13 @@ def test_admission_refuses_a_quantity_it_cannot_compute_with_instead_of_raising(
     assert not result.admit
     assert result.reason == "UnexpectedAdmissionError"
     assert "1Gi2" in result.message
+
+
+@pytest.mark.parametrize("raw", [None, ["1Gi"], {"a": 1}, True])
+def test_a_quantity_of_the_wrong_type_is_named_by_its_key(raw: object) -> None:
+    obj = pod_object("web", containers=[container("app")])
+    obj["spec"]["containers"][0]["resources"] = {"requests": {"memory": raw}}
+    with pytest.raises(PodSpecError) as caught:
+        decode_checked_pod(obj)
+    assert caught.value.field == "spec.containers[0].resources.requests.memory"
+    assert "quantities must match the regular expression" in caught.value.message
