@@ -20,7 +20,7 @@ from nodeagent.config.problem import field_path
 from nodeagent.errors import ConfigError
 
 Component = str | int
-_TOKEN = re.compile(r'\.?([A-Za-z0-9_]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+_TOKEN = re.compile(r'\.?([A-Za-z0-9_]+)|\[([0-9]+)\]|\[("(?:[^"\\]|\\.)*")\]')
 
 
 def components(path: str) -> tuple[Component, ...]:
