@@ -6,6 +6,7 @@ Syntax errors report line and column; a field written twice in one mapping is an
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -152,7 +153,8 @@ def parse(text: str, *, source: str = "") -> Document:
         raise ConfigError(
             "",
             "this is not a nodeagent configuration: it has none of the fields "
-            + ", ".join(_TOP_FIELDS),
+            + ", ".join(_TOP_FIELDS)
+            + _misspelt(data),
             source=source,
             line=1,
         )
@@ -160,6 +162,17 @@ def parse(text: str, *, source: str = "") -> Document:
 
 
 _TOP_FIELDS: Final = ("apiVersion", "kind", "node", "kubelet", "proxy")
+
+
+def _misspelt(data: dict[Any, Any]) -> str:
+    """A hint for a top-level field written wrong; other keys are never echoed (the file may
+    be anything, ``/etc/shadow`` included)."""
+    for key in data:
+        if isinstance(key, str) and len(key) <= 20:
+            close = difflib.get_close_matches(key, _TOP_FIELDS, n=1, cutoff=0.75)
+            if close:
+                return f" (did you mean {close[0]} instead of {json.dumps(key)}?)"
+    return ""
 
 
 def _construct(loader: yaml.SafeLoader, node: yaml.Node, source: str) -> Any:

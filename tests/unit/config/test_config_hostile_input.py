@@ -307,3 +307,11 @@ def test_run_refuses_billion_laughs_before_starting(tmp_path: Path) -> None:
         f"  {path}:9: kubelet.x.e: has more than 10000 values, counting what YAML aliases and "
         "merge keys expand to"
     )
+
+
+def test_misspelt_top_level_field_gets_a_hint(fail: Fail) -> None:
+    err = fail("kubelt:\n  maxPods: 5\n", header=False)
+    assert str(err).endswith(
+        ":1: this is not a nodeagent configuration: it has none of the fields apiVersion, "
+        'kind, node, kubelet, proxy (did you mean kubelet instead of "kubelt"?)'
+    )
