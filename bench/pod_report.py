@@ -54,7 +54,13 @@ def window_rows(w: Window) -> list[tuple[str, str]]:
 
 def rows(result: Result) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    before = 0
+    if result.singles:
+        singles = sorted(result.singles)
+        found.append((
+            f"**quiet node, {len(singles)} single pods**: startup p50 / p99 / max (s)",
+            f"{_s(percentile(singles, 50))} / {_s(percentile(singles, 99))} / {_s(singles[-1])}",
+        ))  # fmt: skip
+    before = 0  # the single pods are deleted before the bursts
     windows = {w.pods: w for w in result.windows}
     for burst in result.bursts:
         found += burst_rows(burst, before=before)
@@ -91,6 +97,9 @@ def per_pod(results: dict[str, Result]) -> list[str]:
     """Every pod's startup latency, sorted, per component and burst (to see the spread)."""
     lines = []
     for name, result in results.items():
+        if result.singles:
+            values = " ".join(f"{v:.2f}" for v in result.singles)
+            lines.append(f"{name} single pods in order, s: {values}")
         for i, burst in enumerate(result.bursts):
             values = " ".join(f"{v:.2f}" for v in burst.batch.latencies("running"))
             lines.append(f"{name} burst {i + 1} ({burst.count} pods), s: {values}")

@@ -1,18 +1,20 @@
 """Pod startup benchmark: nodeagent, then the reference kubelet, each on a fresh containerd.
 
-    PYTHONPATH=tests .venv/bin/python bench/pod_startup.py [--pods 30] [--more 70]
-        [--idle-minutes 2] [--settle 30] [--only nodeagent|kubelet] [--markdown]
+    PYTHONPATH=tests .venv/bin/python bench/pod_startup.py [--singles 20] [--gap 5] [--pods 30]
+        [--more 70] [--idle-minutes 2] [--settle 30] [--only nodeagent|kubelet] [--markdown]
 
 Starts the harness control plane once. Then, for each component in turn: a fresh private
-containerd (the local pause and busybox images imported, a bridge CNI network), the component
-as a new Node with a node client certificate and a cgroup root of its own; once the Node is
-Ready and untainted, ``--pods`` pods (busybox ``sleep 3600``, image present, no service account
-token volume) are created at once through the scheduler and watched until every one is Running
-and Ready; after ``--settle`` seconds the component's RSS and CPU are sampled every second for
-``--idle-minutes``; then ``--more`` pods are created at once (startup recorded the same way) and
-the idle window is repeated with all of them. Finally the pods are deleted through the API (the
-component kills them and removes the objects), the component and containerd are stopped, and
-its Node, Lease, cgroups, log links and host changes are removed. Ctrl-C still cleans up.
+containerd (the local pause and busybox images imported, a bridge CNI network), the component as
+a new Node with a node client certificate and a cgroup root of its own; once the Node is Ready
+and untainted, ``--singles`` pods are created one at a time, ``--gap`` seconds apart (a quiet
+node: each create -> Running on its own, issue 11); then ``--pods`` pods (busybox ``sleep
+3600``, image present, no service account token volume) are created at once through the
+scheduler and watched until every one is Running and Ready; after ``--settle`` seconds the
+component's RSS and CPU are sampled every second for ``--idle-minutes``; then ``--more`` pods
+are created at once (startup recorded the same way) and the idle window is repeated with all of
+them. Finally the pods are deleted through the API (the component kills them and removes the
+objects), the component and containerd are stopped, and its Node, Lease, cgroups, log links and
+host changes are removed. Ctrl-C still cleans up.
 
 Needs root and the reference kubelet (``PYTHONPATH=tests .venv/bin/python -m harness build
 --peers``). Timings: see `pod_api`.
@@ -79,6 +81,7 @@ class Window:
 
 @dataclass
 class Result:
+    singles: list[float] = field(default_factory=list)  # quiet node: create -> Running (s)
     bursts: list[Burst] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     hwm_kib: int = 0
@@ -207,6 +210,22 @@ class PodBench:
                 timeout=60,
             )
             created = 0
+            if self.args.singles > 0:
+                wait_quiet(proc, max_load=self.args.max_load, max_wait=self.args.max_wait)
+                say(f"{component}: {self.args.singles} single pods {self.args.gap:g} s apart")
+                for i in range(self.args.singles):
+                    body = pod_api.sleep_pod(
+                        f"s-{i:03d}",
+                        namespace=namespace,
+                        node=name,
+                        image=BUSYBOX_IMAGE,
+                        by_scheduler=not self.args.node_name,
+                    )
+                    started = time.monotonic()
+                    batch = asyncio.run(self.create(namespace, [body]))
+                    result.singles += batch.latencies("running")
+                    sleep_watching(max(0.0, self.args.gap - (time.monotonic() - started)), proc)
+                self.delete(proc, namespace)  # the bursts start from an empty node (maxPods 110)
             for count in (self.args.pods, self.args.more):
                 if count <= 0:
                     continue
@@ -320,6 +339,8 @@ class PodBench:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = parser.add_argument
+    add("--singles", type=int, default=20, help="quiet node: pods created one at a time first")
+    add("--gap", type=float, default=5.0, help="seconds between the single pods' creates")
     add("--pods", type=int, default=30, help="pods in the first burst")
     add("--more", type=int, default=70, help="pods in the second burst (on top of the first)")
     add("--idle-minutes", type=float, default=2.0, help="idle window after each burst; 0: none")
