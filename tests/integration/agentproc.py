@@ -16,6 +16,7 @@ without disturbing the session's shared one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -124,6 +125,27 @@ def agent_config(
         },
         "proxy": {"enabled": False},  # the host's root netns is not this test's
     }
+
+
+@contextlib.asynccontextmanager
+async def agent_process(config: Path, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``nodeagent run --config <config>`` with its output in ``log``; SIGTERM at the end
+    (SIGKILL after 20 s)."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nodeagent", "run", "--config", str(config),
+            stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
 
 # --- the API side ----------------------------------------------------------------------------

@@ -17,14 +17,13 @@ import asyncio
 import contextlib
 import secrets
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from agentproc import agent_process
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import phase, running_node, status_of, until
@@ -80,25 +79,6 @@ async def remove_static_pods(endpoint: str, full_names: list[str]) -> None:
                     await client.remove_pod_sandbox(sandbox.id)
 
 
-@contextlib.asynccontextmanager
-async def standalone_agent(config: Path, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nodeagent", "run", "--config", str(config),
-            stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
 def _tail(log: Path, chars: int = 4000) -> str:
     return log.read_text(errors="replace")[-chars:] if log.exists() else ""
 
@@ -137,7 +117,7 @@ async def test_a_malformed_static_pod_manifest_is_logged_and_the_good_one_beside
     log = tmp_path / "nodeagent.log"
     good, bad = f"good-{node}", f"bad-{node}"
     try:
-        async with standalone_agent(config, log) as proc:
+        async with agent_process(config, log) as proc:
 
             async def good_running() -> bool:
                 assert proc.returncode is None, f"the agent exited:\n{_tail(log)}"

@@ -23,15 +23,15 @@ import re
 import secrets
 import signal
 import socket
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from agentproc import agent_process
 from harness import kubeconfig
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
@@ -207,25 +207,6 @@ def remove_cgroup_tree(name: str, *, within: float = 20.0) -> list[str]:
                         break
                     time.sleep(0.1)
     return left
-
-
-@contextlib.asynccontextmanager
-async def agent_process(config: Path, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nodeagent", "run", "--config", str(config),
-            stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 def write_config(
