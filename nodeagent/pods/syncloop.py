@@ -156,6 +156,9 @@ class SyncLoop:
         self._known: dict[str, Pod] = {}
         self._rejected: set[str] = set()
         self._undecodable: set[str] = set()
+        # uid -> (resourceVersion, decoded pod): every status patch comes back as a watch
+        # event, and a burst of n pods would otherwise decode all n pods n times over
+        self._decoded: dict[str, tuple[str, Pod | None]] = {}
         self._orphans: dict[str, asyncio.Task[None]] = {}
         self._leaving: dict[str, Pod] = {}  # removed static pods, until their worker is done
         self._successor_waits = False
@@ -218,13 +221,28 @@ class SyncLoop:
                 )
             return None
 
+    def _decode_cached(
+        self, obj: dict[str, Any], decoded: dict[str, tuple[str, Pod | None]]
+    ) -> Pod | None:
+        """``_decode`` once per resourceVersion (objects without one, as static pods from
+        files, are decoded every time); ``decoded`` collects this pass's entries."""
+        meta = obj.get("metadata") or {}
+        uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        cached = self._decoded.get(uid)
+        pod = cached[1] if rv and cached is not None and cached[0] == rv else self._decode(obj)
+        if rv:
+            decoded[uid] = (rv, pod)
+        return pod
+
     def _reconcile_source(self) -> None:
         current: dict[str, Pod] = {}
+        decoded: dict[str, tuple[str, Pod | None]] = {}
         for obj in self._source.items():
-            pod = self._decode(obj)
+            pod = self._decode_cached(obj, decoded)
             if pod is None or pod.spec.node_name != self._node or pod.is_mirror:
                 continue
             current[pod.uid] = pod
+        self._decoded = decoded
         for uid, pod in current.items():
             if uid in self._rejected:
                 continue

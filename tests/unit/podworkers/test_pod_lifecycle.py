@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pod_stack import HOST_IP, NODE, Stack, make_runtime, running_stack, until
 
-from nodeagent.apiserver import NODES, PODS
+from nodeagent.apiserver import NODES, PODS, PatchType
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_NAME, POD_NAMESPACE, POD_UID
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -314,3 +314,34 @@ async def test_second_node_pods_are_ignored(stack: Stack) -> None:
 
 def test_fixture_runtime_has_the_image(server: FakeApiServer) -> None:
     assert make_runtime(server).find_image("localhost/busybox:latest") is not None
+
+
+async def test_each_pod_is_decoded_once_per_resource_version_not_on_every_change(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nodeagent.pods import syncloop
+
+    decoded: list[str] = []
+    real = syncloop.decode_checked_pod
+
+    def counting(obj: dict[str, Any]) -> Any:
+        decoded.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr(syncloop, "decode_checked_pod", counting)
+    names = [f"p{i}" for i in range(5)]
+    for name in names:
+        seed(stack.server, name)
+    await until(lambda: all(phase(stack.pod(n)) == "Running" for n in names))
+    await asyncio.sleep(5)  # settled: no status left to send
+    decoded.clear()
+
+    for i in range(3):  # three changes to one pod, each seen by the sync loop on its own
+        await stack.server.patch(
+            PODS, "p0", {"metadata": {"labels": {"n": str(i)}}}, patch_type=PatchType.MERGE,
+            namespace="default",
+        )  # fmt: skip
+        await asyncio.sleep(1)
+
+    # Each pass over the five pods decoded only the one that changed.
+    assert decoded == ["p0", "p0", "p0"]
