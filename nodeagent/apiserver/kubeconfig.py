@@ -24,6 +24,9 @@ from typing import Any
 import yaml
 
 from nodeagent.errors import ConfigError
+from nodeagent.yamlshape import ShapeError, check_yaml_shape, read_capped
+
+MAX_KUBECONFIG_BYTES = 1024 * 1024  # a kubeconfig with embedded certificates is a few KiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,11 +80,23 @@ def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes, source: str) 
 
 
 def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None) -> Endpoint:
+    """Read and check a kubeconfig: a regular file of at most ``MAX_KUBECONFIG_BYTES``,
+    nesting and aliases bounded (``nodeagent.yamlshape``) before it is built."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = read_capped(p, MAX_KUBECONFIG_BYTES)
+        text = raw.decode("utf-8")
+        check_yaml_shape(text)
     except OSError as e:
         raise ConfigError("kubeconfig", f"cannot read: {e.strerror}", str(p), source=str(p)) from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            "kubeconfig", f"not UTF-8 text: {e.reason} at byte {e.start}", source=str(p)
+        ) from None
+    except ShapeError as e:
+        raise ConfigError("kubeconfig", e.message, source=str(p)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError("kubeconfig", f"not valid YAML{_where(e, text)}", source=str(p)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -2,90 +2,30 @@
 
 The kubelet reads a manifest whole and converts any YAML to JSON; nodeagent caps what one file
 may cost, so a bad file in ``staticPodPath`` can never stall or exhaust the daemon:
-
-- :data:`MAX_MANIFEST_BYTES` (1.5 MiB, etcd's default request size limit: a bigger pod could
-  never be stored as a mirror pod anyway); the reader reads at most one byte more;
-- :data:`MAX_DEPTH` levels of nesting (the YAML composer recurses once per level);
-- aliases may add at most :data:`MAX_ALIAS_NODES` nodes when expanded (a "billion laughs"
-  file of 500 bytes would otherwise expand to 10^8 nodes), and may not refer to themselves.
-
-:func:`check_yaml_shape` walks the parser's event stream (no recursion, nothing built);
-:func:`check_json_values` walks the loaded document: only JSON types, string keys.
+:data:`MAX_MANIFEST_BYTES` (1.5 MiB, etcd's default request size limit: a bigger pod could
+never be stored as a mirror pod anyway; the reader reads at most one byte more), then the
+nesting and alias bounds of :mod:`nodeagent.yamlshape`.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Final
+from typing import Final
 
-import yaml
+from nodeagent.yamlshape import (
+    MAX_ALIAS_NODES,
+    MAX_DEPTH,
+    ShapeError,
+    check_json_values,
+    check_yaml_shape,
+)
 
 MAX_MANIFEST_BYTES: Final = 1536 * 1024
-MAX_DEPTH: Final = 64
-MAX_ALIAS_NODES: Final = 100_000
 
-
-class ShapeError(ValueError):
-    """The document is too big, too deep or expands too much; ``field`` may be empty."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
-
-
-def check_yaml_shape(data: bytes | str) -> None:
-    """Raise :class:`ShapeError` when the YAML nests deeper than :data:`MAX_DEPTH` or its
-    aliases expand too far; ``yaml.YAMLError`` when it is not YAML at all."""
-    # Per open collection: [anchor, expanded node count]. Counts of finished anchored nodes.
-    stack: list[list[Any]] = []
-    anchors: dict[str, int] = {}
-    added_by_aliases = 0
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for event in yaml.parse(data, Loader=loader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            if len(stack) >= MAX_DEPTH:
-                raise ShapeError("", f"nested more than {MAX_DEPTH} levels deep")
-            stack.append([event.anchor, 1])
-            continue
-        if isinstance(event, yaml.CollectionEndEvent):
-            anchor, count = stack.pop()
-        elif isinstance(event, yaml.ScalarEvent):
-            anchor, count = event.anchor, 1
-        elif isinstance(event, yaml.AliasEvent):
-            name = str(event.anchor)
-            if any(open_anchor == name for open_anchor, _ in stack):
-                raise ShapeError("", f"recursive alias *{name}")
-            if name not in anchors:
-                raise ShapeError("", f"undefined alias *{name}")
-            anchor, count = None, anchors[name]
-            added_by_aliases += count
-            if added_by_aliases > MAX_ALIAS_NODES:
-                raise ShapeError(
-                    "", f"aliases expand to more than {MAX_ALIAS_NODES} nodes (a YAML bomb?)"
-                )
-        else:
-            continue
-        if anchor is not None:
-            anchors[str(anchor)] = count
-        if stack:
-            stack[-1][1] += count
-
-
-def check_json_values(doc: Any) -> None:
-    """Raise :class:`ShapeError` at the first value JSON cannot hold: a key that is not a
-    string, a binary, set or timestamp value, an infinite or NaN number."""
-    pending: list[tuple[str, Any]] = [("", doc)]
-    while pending:
-        path, value = pending.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise ShapeError(path, f"keys must be strings, found {key!r}"[:120])
-                pending.append((f"{path}.{key}" if path else key, item))
-        elif isinstance(value, list):
-            pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise ShapeError(path, f"Invalid value: {value}: not a finite number")
-        elif value is not None and not isinstance(value, str | int | float | bool):
-            raise ShapeError(path, f"a {type(value).__name__} value cannot be part of a pod")
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_DEPTH",
+    "MAX_MANIFEST_BYTES",
+    "ShapeError",
+    "check_json_values",
+    "check_yaml_shape",
+]
