@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import re
 import ssl
@@ -86,7 +87,8 @@ def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None)
     try:
         raw = read_capped(p, MAX_KUBECONFIG_BYTES)
         text = raw.decode("utf-8")
-        check_yaml_shape(text)
+        with contextlib.suppress(yaml.YAMLError):  # safe_load below says so, in its words
+            check_yaml_shape(text)
     except OSError as e:
         raise ConfigError("kubeconfig", f"cannot read: {e.strerror}", str(p), source=str(p)) from e
     except UnicodeDecodeError as e:
@@ -95,8 +97,6 @@ def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None)
         ) from None
     except ShapeError as e:
         raise ConfigError("kubeconfig", e.message, source=str(p)) from None
-    except yaml.YAMLError as e:
-        raise ConfigError("kubeconfig", f"not valid YAML{_where(e, text)}", source=str(p)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
