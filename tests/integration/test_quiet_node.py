@@ -5,6 +5,8 @@ against the real control plane and containerd.
 - single pods created 8 s apart are each Running (as the API shows it) within 3 s; the third
   is created while a pod that ignores SIGTERM is being stopped, so a CRI StopContainer is in
   flight for seconds on the same gRPC channel as the new pod's calls and the PLEG's relists;
+  meanwhile a container that exits after 1 s is seen exiting (the pod Succeeded) within 3 s
+  more, which only the PLEG's relist can tell;
 - single EndpointSlice changes 8 s apart each reach the kernel table within 2 s.
 
 Nothing is forced: the test writes through the API, then polls what a user would look at.
@@ -55,6 +57,19 @@ async def time_until(check: Callable[[], Any], *, what: str, within: float) -> f
     start = time.monotonic()
     await until(what, check, within=within + 20.0, every=0.05)
     return time.monotonic() - start
+
+
+def phase(control_plane: ControlPlane, node: AgentNode, name: str) -> str:
+    pod = api_get(control_plane, f"/api/v1/namespaces/{node.namespace}/pods/{name}") or {}
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+def one_second_pod(name: str, namespace: str, node: str) -> dict[str, Any]:
+    """Exits 0 after a second: the PLEG's relist sees it exit, the pod turns Succeeded."""
+    pod = sleeper_pod(name, namespace, node)
+    pod["spec"]["restartPolicy"] = "Never"
+    pod["spec"]["containers"][0]["command"] = ["sleep", "1"]
+    return pod
 
 
 def stubborn_pod(name: str, namespace: str, node: str) -> dict[str, Any]:
@@ -113,6 +128,15 @@ async def test_single_pods_and_endpoint_changes_reach_a_quiet_node_at_once(
                     within=POD_WITHIN,
                 )
             )
+            if i == 2:  # the stop still in flight: a container exiting on its own is noticed
+                create(control_plane, pods_path, one_second_pod("brief", node.namespace, node.name))
+                brief = await time_until(
+                    lambda: phase(control_plane, node, "brief") == "Succeeded",
+                    what="brief Succeeded",
+                    within=1.0 + POD_WITHIN,
+                )
+                code, _ = control_plane.api_request("GET", f"{pods_path}/stubborn")
+                assert code == 200, "the stubborn pod was gone before the check: nothing tested"
             await asyncio.sleep(GAP)
 
         ns = node.namespace
@@ -151,8 +175,10 @@ async def test_single_pods_and_endpoint_changes_reach_a_quiet_node_at_once(
 
         print(
             f"pods Running after {[f'{t:.2f}s' for t in pod_times]}; endpoint changes in the "
-            f"kernel after {[f'{t * 1000:.0f}ms' for t in endpoint_times]}"
+            f"kernel after {[f'{t * 1000:.0f}ms' for t in endpoint_times]}; a 1 s pod "
+            f"Succeeded {brief:.2f}s after its create"
         )
 
     assert all(t <= POD_WITHIN for t in pod_times), pod_times
+    assert brief <= 1.0 + POD_WITHIN, brief
     assert all(t <= ENDPOINT_WITHIN for t in endpoint_times), endpoint_times
