@@ -24,6 +24,9 @@ import yaml
 
 MAX_DEPTH: Final = 64
 MAX_ALIAS_NODES: Final = 100_000
+# The size caps of the files read under these bounds.
+MAX_MANIFEST_BYTES: Final = 1536 * 1024  # a static pod: etcd's default request size limit
+MAX_KUBECONFIG_BYTES: Final = 1024 * 1024  # a kubeconfig with embedded certificates: a few KiB
 
 
 class ShapeError(ValueError):

@@ -25,9 +25,7 @@ from typing import Any
 import yaml
 
 from nodeagent.errors import ConfigError
-from nodeagent.yamlshape import ShapeError, check_yaml_shape, read_capped
-
-MAX_KUBECONFIG_BYTES = 1024 * 1024  # a kubeconfig with embedded certificates is a few KiB
+from nodeagent.yamlshape import MAX_KUBECONFIG_BYTES, ShapeError, check_yaml_shape, read_capped
 
 
 @dataclass(frozen=True, kw_only=True)

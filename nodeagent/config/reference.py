@@ -11,6 +11,7 @@ from typing import Any
 
 from msgspec import NODEFAULT, inspect
 
+from nodeagent import yamlshape
 from nodeagent.config import features, units, yamldoc
 from nodeagent.config.flags import FLAGS
 from nodeagent.config.problem import show
@@ -105,6 +106,20 @@ Checked before or while parsing, so a hostile or mistaken file gives one error l
   such as `8Ei` are capped there, as Kubernetes caps them).
 - Error messages show at most the first 100 characters of a value. A file with none of the
   fields `apiVersion`, `kind`, `node`, `kubelet`, `proxy` is refused without echoing it.
+
+The other YAML files the agent reads are bounded the same way before anything is built from
+them (`nodeagent/yamlshape.py`): regular files only, read at most one byte past their cap,
+nesting at most {yamlshape.MAX_DEPTH} levels, aliases adding at most
+{yamlshape.MAX_ALIAS_NODES} nodes when expanded and never referring to themselves:
+
+- a static pod manifest in `kubelet.staticPodPath`: at most
+  {yamlshape.MAX_MANIFEST_BYTES // 1024} KiB (etcd's default request size: a bigger pod could
+  never be stored as its mirror pod), only JSON values and string keys, parsed in a worker
+  thread so the event loop never waits for it, and parsed again only when the file changes; a
+  bad manifest is logged with its file and field and the others still run;
+- a kubeconfig (`node.kubeconfig`, `node.bootstrapKubeconfig`): at most
+  {yamlshape.MAX_KUBECONFIG_BYTES // 1024} KiB; a YAML error names its line and column, never
+  the text (a bootstrap token).
 """
 
 

@@ -9,17 +9,14 @@ nesting and alias bounds of :mod:`nodeagent.yamlshape`.
 
 from __future__ import annotations
 
-from typing import Final
-
 from nodeagent.yamlshape import (
     MAX_ALIAS_NODES,
     MAX_DEPTH,
+    MAX_MANIFEST_BYTES,
     ShapeError,
     check_json_values,
     check_yaml_shape,
 )
-
-MAX_MANIFEST_BYTES: Final = 1536 * 1024
 
 __all__ = [
     "MAX_ALIAS_NODES",
