@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from nodeagent.clock import Clock
-from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
+from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods.admission import admit_pod
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
@@ -38,6 +38,8 @@ from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 
 HOUSEKEEPING_PERIOD: Final = 2.0
+FAILED_VALIDATION: Final = "FailedValidation"
+UNREADABLE_POD: Final = "Pod cannot run on this node, its spec does not pass the node's checks"
 
 
 class PodStore(Protocol):
@@ -218,6 +220,18 @@ class SyncLoop:
                     pod_namespace=meta.get("namespace", ""),
                     pod_name=meta.get("name", ""),
                     error=str(e),
+                )
+                # visible to `kubectl describe pod`, not only in the node's journal
+                ref = ObjectReference(
+                    kind="Pod",
+                    name=str(meta.get("name", "")),
+                    namespace=str(meta.get("namespace", "")),
+                    uid=uid,
+                    api_version="v1",
+                    resource_version=str(meta.get("resourceVersion", "")),
+                )
+                self._event_sink.record_for(
+                    ref, "Warning", FAILED_VALIDATION, f"{UNREADABLE_POD}: {e}"[:1024]
                 )
             return None
 

@@ -319,3 +319,34 @@ async def test_a_pod_that_does_not_fit_is_rejected_with_a_warning_about_it(env: 
 )
 def test_pull_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
     assert go_duration(seconds) == text
+
+
+async def test_a_pod_the_node_cannot_read_gets_a_warning_naming_the_field(env: Env) -> None:
+    # The apiserver stores a decimal quantity above 2^63-1 as a big decimal; the node refuses it.
+    odd = env.server.seed(
+        PODS,
+        pod_object(
+            "odd", namespace=NS, node=NODE, containers=[container("app", limits={"memory": "100E"})]
+        ),
+    )
+    loop = SyncLoop(
+        node_name=NODE,
+        events=SyncEvents(),
+        source=_Source(odd),
+        workers=PodWorkers(syncer=env.podsync),
+        pleg=GenericPleg(runtime=env.runtime, on_event=lambda _: None),
+        podsync=env.podsync,
+        status=env.status,
+        clock=env.server.clock,
+        event_sink=env.recorder,
+    )
+    await loop.sync_loop_iteration(PodsChanged())
+    await loop.sync_loop_iteration(PodsChanged())  # seen again: still one event
+    await asyncio.sleep(0.5)
+
+    [(field_path, type_, reason, message, count)] = env.events("odd")
+    assert (field_path, type_, reason, count) == ("", "Warning", "FailedValidation", 1)
+    assert message.startswith("Pod cannot run on this node, its spec does not pass the node's")
+    assert "spec.containers[0].resources.limits.memory" in message
+    assert "100E" in message
+    assert env.runtime.sandbox_ids == []
