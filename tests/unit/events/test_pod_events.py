@@ -280,6 +280,22 @@ class _Source:
         await asyncio.Event().wait()
 
 
+def sync_loop(env: Env, *pods: dict[str, Any], **kw: Any) -> SyncLoop:
+    """A sync loop over ``pods`` (no watch), posting its Events to ``env``'s recorder."""
+    return SyncLoop(
+        node_name=NODE,
+        events=SyncEvents(),
+        source=_Source(*pods),
+        workers=PodWorkers(syncer=env.podsync),
+        pleg=GenericPleg(runtime=env.runtime, on_event=lambda _: None),
+        podsync=env.podsync,
+        status=env.status,
+        clock=env.server.clock,
+        event_sink=env.recorder,
+        **kw,
+    )
+
+
 async def test_a_pod_that_does_not_fit_is_rejected_with_a_warning_about_it(env: Env) -> None:
     big = env.server.seed(
         PODS,
@@ -287,18 +303,7 @@ async def test_a_pod_that_does_not_fit_is_rejected_with_a_warning_about_it(env: 
             "big", namespace=NS, node=NODE, containers=[container("app", requests={"cpu": "2"})]
         ),
     )
-    loop = SyncLoop(
-        node_name=NODE,
-        events=SyncEvents(),
-        source=_Source(big),
-        workers=PodWorkers(syncer=env.podsync),
-        pleg=GenericPleg(runtime=env.runtime, on_event=lambda _: None),
-        podsync=env.podsync,
-        status=env.status,
-        clock=env.server.clock,
-        allocatable=lambda: {"cpu": "1", "memory": "1Gi", "pods": "110"},
-        event_sink=env.recorder,
-    )
+    loop = sync_loop(env, big, allocatable=lambda: {"cpu": "1", "memory": "1Gi", "pods": "110"})
     await loop.sync_loop_iteration(PodsChanged())
     await asyncio.sleep(0.5)
 
@@ -329,17 +334,7 @@ async def test_a_pod_the_node_cannot_read_gets_a_warning_naming_the_field(env: E
             "odd", namespace=NS, node=NODE, containers=[container("app", limits={"memory": "100E"})]
         ),
     )
-    loop = SyncLoop(
-        node_name=NODE,
-        events=SyncEvents(),
-        source=_Source(odd),
-        workers=PodWorkers(syncer=env.podsync),
-        pleg=GenericPleg(runtime=env.runtime, on_event=lambda _: None),
-        podsync=env.podsync,
-        status=env.status,
-        clock=env.server.clock,
-        event_sink=env.recorder,
-    )
+    loop = sync_loop(env, odd)
     await loop.sync_loop_iteration(PodsChanged())
     await loop.sync_loop_iteration(PodsChanged())  # seen again: still one event
     await asyncio.sleep(0.5)
