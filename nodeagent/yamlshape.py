@@ -95,23 +95,33 @@ def check_json_values(doc: Any) -> None:
             raise ShapeError(path, f"a {type(value).__name__} value cannot be part of a pod")
 
 
+class NotRegularFile(ShapeError):
+    """A FIFO, a device, a directory: refused before anything is read."""
+
+
+class TooBig(ShapeError):
+    """More bytes than the caller's cap."""
+
+
 def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the regular file ``path`` if it holds at most ``limit`` of them.
 
     Opened without blocking, so a FIFO or a device (``/dev/zero``) is refused before anything
-    is read, and read at most one byte past ``limit``. Raises :class:`ShapeError` for a file
-    that is not regular or too big, ``OSError`` when it cannot be opened or read."""
+    is read; a file whose size says it is too big is refused unread, and none is read more than
+    one byte past ``limit`` (it may grow meanwhile). Raises :class:`NotRegularFile`,
+    :class:`TooBig`, or ``OSError`` when it cannot be opened or read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ShapeError("", "not a regular file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile("", "not a regular file")
         chunks: list[bytes] = []
-        size = 0
+        size = st.st_size if st.st_size > limit else 0
         while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)
     finally:
         os.close(fd)
     if size > limit:
-        raise ShapeError("", f"larger than {limit} bytes")
+        raise TooBig("", f"larger than {limit} bytes")
     return b"".join(chunks)

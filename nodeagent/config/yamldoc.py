@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -19,6 +17,7 @@ import yaml
 
 from nodeagent.config.problem import field_path
 from nodeagent.errors import ConfigError
+from nodeagent.yamlshape import NotRegularFile, TooBig, read_capped
 
 Component = str | int
 _TOKEN = re.compile(r'\.?([A-Za-z0-9_]+)|\[([0-9]+)\]|\[("(?:[^"\\]|\\.)*")\]')
@@ -71,13 +70,17 @@ def read(path: str) -> Document:
     A FIFO, a device (``/dev/zero``) or a directory is refused before anything is read.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        raw = read_capped(path, MAX_BYTES)
+    except NotRegularFile:
+        raise ConfigError("--config", f"{path} is not a regular file", path) from None
+    except TooBig:
+        raise ConfigError(
+            "--config",
+            f"{path} is larger than {MAX_BYTES // 1024} KiB; a configuration is smaller",
+            path,
+        ) from None
     except OSError as e:
         raise ConfigError("--config", f"cannot read {path}: {e.strerror}", path) from e
-    try:
-        raw = _bounded_read(fd, path)
-    finally:
-        os.close(fd)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -85,33 +88,6 @@ def read(path: str) -> Document:
             "--config", f"{path} is not UTF-8 text: {e.reason} at byte {e.start}", path
         ) from e
     return parse(text, source=path)
-
-
-def _bounded_read(fd: int, path: str) -> bytes:
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError("--config", f"{path} is not a regular file", path)
-        if st.st_size > MAX_BYTES:
-            raise _too_big(path)
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, MAX_BYTES + 1 - size):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_BYTES:
-                raise _too_big(path)
-    except OSError as e:
-        raise ConfigError("--config", f"cannot read {path}: {e.strerror}", path) from e
-    return b"".join(chunks)
-
-
-def _too_big(path: str) -> ConfigError:
-    return ConfigError(
-        "--config",
-        f"{path} is larger than {MAX_BYTES // 1024} KiB; a configuration is smaller",
-        path,
-    )
 
 
 def parse(text: str, *, source: str = "") -> Document:
