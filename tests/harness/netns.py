@@ -119,7 +119,7 @@ class Forwarder:
     def __init__(self, ns: str, target: int) -> None:
         self._ns, self._target = ns, target
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[tuple[None, None]]] = set()  # one per connection
 
     async def start(self) -> Forwarder:
         listener = socket_in(self._ns)
@@ -135,11 +135,11 @@ class Forwarder:
             writer.close()
             return
         task = asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         try:
             await task
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
 
     async def stop(self) -> None:
         if self._server is not None:

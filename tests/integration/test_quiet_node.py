@@ -15,6 +15,7 @@ Nothing is forced: the test writes through the API, then polls what a user would
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,7 +124,7 @@ async def test_single_pods_and_endpoint_changes_reach_a_quiet_node_at_once(
             create(control_plane, pods_path, sleeper_pod(name, node.namespace, node.name))
             pod_times.append(
                 await time_until(
-                    lambda n=name: running(control_plane, node, n),  # type: ignore[misc]
+                    functools.partial(running, control_plane, node, name),
                     what=f"{name} Running",
                     within=POD_WITHIN,
                 )

@@ -75,5 +75,6 @@ def test_existing_pki_dir_is_tightened(tmp_path: Path) -> None:
 
 def test_failed_write_leaves_no_temp_file(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
+        # the wrong type on purpose: a failed write must not leave a temp file behind
         write_private(tmp_path / "key.pem", "not bytes")  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []

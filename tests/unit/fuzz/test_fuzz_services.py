@@ -158,6 +158,7 @@ async def synced(services: list[dict[str, Any]], slices: list[dict[str, Any]]) -
     p = Proxy(families=("ip", "ip6"))
     store = ListStore(services)
     p.manager = ProxyManager(
+        # the fakes have the interfaces, not the declared types (as in proxy_builders.Proxy)
         settings=p.settings, services=store, slices=ListStore(slices), nft=p.nft,  # type: ignore[arg-type]
         conntrack=p.conntrack, clock=p.clock,
     )  # fmt: skip

@@ -140,7 +140,7 @@ async def test_removing_the_last_service_of_a_shape_deletes_its_chains_in_the_pa
 
     tx = p.nft["ip"].last_transaction
     assert tx is not None
-    deleted = {op.obj.name for op in tx.operations if isinstance(op.obj, Chain)}  # type: ignore[union-attr]
+    deleted = {op.obj.name for op in tx.operations if isinstance(op.obj, Chain)}
     assert {"affinity-10800", "cluster-3"} <= deleted
     reference = Proxy(
         services=[o for o in objects() if "spec" in o and o["metadata"]["name"] != "c"],
