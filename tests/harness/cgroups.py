@@ -50,8 +50,9 @@ def remove_cgroup_tree(name: str, *, attempts: int = 50) -> list[str]:
         *CGROUP_FS.glob(f"*/{name}"),
         *([CGROUP_FS / name] if (CGROUP_FS / name).is_dir() else []),
     ]:
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-        for path in [*dirs, top]:
+        # Bottom-up, ``top`` last. runc and containerd may remove directories of the tree
+        # while it is walked: os.walk skips one that vanished (rglob raised for it).
+        for path in (Path(d) for d, _, _ in os.walk(top, topdown=False)):
             if _rmdir(path, attempts):
                 continue
             if killed := _kill_leftovers(path):
