@@ -178,6 +178,66 @@ class SecurityContext(_S, frozen=True):
     seccomp_profile: SeccompProfile | None = None
 
 
+class ExecAction(_S, frozen=True):
+    command: tuple[str, ...] = ()
+
+
+class HTTPHeader(_S, frozen=True):
+    name: str
+    value: str = ""
+
+
+class HTTPGetAction(_S, frozen=True):
+    port: int | str
+    path: str = ""
+    host: str = ""
+    scheme: str = "HTTP"
+    http_headers: tuple[HTTPHeader, ...] = ()
+
+
+class TCPSocketAction(_S, frozen=True):
+    port: int | str
+    host: str = ""
+
+
+class GRPCAction(_S, frozen=True):
+    port: int
+    service: str | None = None
+
+
+class SleepAction(_S, frozen=True):
+    seconds: int
+
+
+class Probe(_S, frozen=True):
+    """A container probe with the apiserver's defaults (``timeoutSeconds`` 1,
+    ``periodSeconds`` 10, ``successThreshold`` 1, ``failureThreshold`` 3)."""
+
+    exec: ExecAction | None = None
+    http_get: HTTPGetAction | None = None
+    tcp_socket: TCPSocketAction | None = None
+    grpc: GRPCAction | None = None
+    initial_delay_seconds: int = 0
+    timeout_seconds: int = 1
+    period_seconds: int = 10
+    success_threshold: int = 1
+    failure_threshold: int = 3
+    termination_grace_period_seconds: int | None = None
+
+
+class LifecycleHandler(_S, frozen=True):
+    exec: ExecAction | None = None
+    http_get: HTTPGetAction | None = None
+    tcp_socket: TCPSocketAction | None = None
+    sleep: SleepAction | None = None
+
+
+class Lifecycle(_S, frozen=True):
+    post_start: LifecycleHandler | None = None
+    pre_stop: LifecycleHandler | None = None
+    stop_signal: str | None = None
+
+
 class VolumeMount(_S, frozen=True):
     name: str
     mount_path: str
@@ -205,6 +265,10 @@ class Container(_S, frozen=True):
     tty: bool = False
     restart_policy: str | None = None
     """Only on init containers: ``Always`` makes a sidecar."""
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+    lifecycle: Lifecycle | None = None
 
     @property
     def pull_policy(self) -> str:

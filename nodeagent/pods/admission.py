@@ -75,6 +75,31 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                 f'init container "{container.name}" has restartPolicy Always (a sidecar '
                 "container); nodeagent does not run sidecar containers yet",
             )
+    for key, containers in (
+        ("initContainers", pod.spec.init_containers),
+        ("containers", pod.spec.containers),
+    ):
+        for i, c in enumerate(containers):
+            where = f"spec.{key}[{i}]"
+            for field, probe in (
+                ("livenessProbe", c.liveness_probe),
+                ("readinessProbe", c.readiness_probe),
+                ("startupProbe", c.startup_probe),
+            ):
+                if probe is not None:
+                    return AdmitResult(
+                        False,
+                        "ProbesNotSupported",
+                        f"{where}.{field}: container {c.name!r} has a probe; nodeagent "
+                        "does not run probes yet",
+                    )
+            if c.lifecycle is not None and (c.lifecycle.post_start or c.lifecycle.pre_stop):
+                return AdmitResult(
+                    False,
+                    "LifecycleHooksNotSupported",
+                    f"{where}.lifecycle: container {c.name!r} has a lifecycle hook; "
+                    "nodeagent does not run lifecycle hooks yet",
+                )
     return None
 
 

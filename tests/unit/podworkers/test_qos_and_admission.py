@@ -154,6 +154,24 @@ def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
     assert '"proxy"' in result.message
 
 
+@pytest.mark.parametrize(
+    ("field", "spec", "reason"),
+    [
+        ("readinessProbe", {"exec": {"command": ["true"]}}, "ProbesNotSupported"),
+        ("livenessProbe", {"tcpSocket": {"port": 80}}, "ProbesNotSupported"),
+        ("lifecycle", {"preStop": {"sleep": {"seconds": 1}}}, "LifecycleHooksNotSupported"),
+    ],
+)
+def test_probes_and_hooks_are_refused_naming_the_field(
+    field: str, spec: dict[str, Any], reason: str
+) -> None:
+    p = pod(containers=[container("web", **{field: spec})])
+    result = admit_pod(p, allocatable=NODE, admitted=[])
+    assert result.reason == reason
+    assert f"spec.containers[0].{field}" in result.message
+    assert "'web'" in result.message
+
+
 def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None:
     p = pod(
         containers=[
