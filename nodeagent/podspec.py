@@ -243,6 +243,158 @@ class VolumeMount(_S, frozen=True):
     mount_path: str
     read_only: bool = False
     sub_path: str = ""
+    sub_path_expr: str = ""
+    mount_propagation: str | None = None
+    recursive_read_only: str | None = None
+
+
+DEFAULT_VOLUME_MODE: Final = 0o644
+"""The apiserver's ``defaultMode`` for configMap, secret, downwardAPI and projected volumes."""
+
+
+class KeyToPath(_S, frozen=True):
+    key: str
+    path: str
+    mode: int | None = None
+
+
+class EmptyDirVolumeSource(_S, frozen=True):
+    medium: str = ""
+    size_limit: str | int | None = None
+
+
+class HostPathVolumeSource(_S, frozen=True):
+    path: str
+    type: str | None = None
+
+
+class ConfigMapVolumeSource(_S, frozen=True):
+    name: str = ""
+    items: tuple[KeyToPath, ...] = ()
+    default_mode: int = DEFAULT_VOLUME_MODE
+    optional: bool | None = None
+
+
+class SecretVolumeSource(_S, frozen=True):
+    secret_name: str = ""
+    items: tuple[KeyToPath, ...] = ()
+    default_mode: int = DEFAULT_VOLUME_MODE
+    optional: bool | None = None
+
+
+class DownwardAPIVolumeFile(_S, frozen=True):
+    path: str
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    mode: int | None = None
+
+
+class DownwardAPIVolumeSource(_S, frozen=True):
+    items: tuple[DownwardAPIVolumeFile, ...] = ()
+    default_mode: int = DEFAULT_VOLUME_MODE
+
+
+class ConfigMapProjection(_S, frozen=True):
+    name: str = ""
+    items: tuple[KeyToPath, ...] = ()
+    optional: bool | None = None
+
+
+class SecretProjection(_S, frozen=True):
+    name: str = ""
+    items: tuple[KeyToPath, ...] = ()
+    optional: bool | None = None
+
+
+class DownwardAPIProjection(_S, frozen=True):
+    items: tuple[DownwardAPIVolumeFile, ...] = ()
+
+
+class ServiceAccountTokenProjection(_S, frozen=True):
+    path: str
+    audience: str = ""
+    expiration_seconds: int = 3600
+
+
+class VolumeProjection(_S, frozen=True):
+    config_map: ConfigMapProjection | None = None
+    secret: SecretProjection | None = None
+    downward_api: DownwardAPIProjection | None = msgspec.field(name="downwardAPI", default=None)
+    service_account_token: ServiceAccountTokenProjection | None = None
+    cluster_trust_bundle: dict[str, Any] | None = None
+    pod_certificate: dict[str, Any] | None = None
+
+
+class ProjectedVolumeSource(_S, frozen=True):
+    sources: tuple[VolumeProjection, ...] = ()
+    default_mode: int = DEFAULT_VOLUME_MODE
+
+
+SUPPORTED_VOLUME_SOURCES: Final = (
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+)
+UNSUPPORTED_VOLUME_SOURCES: Final = (
+    "persistentVolumeClaim",
+    "csi",
+    "ephemeral",
+    "image",
+    "nfs",
+    "iscsi",
+    "rbd",
+    "cephfs",
+    "fc",
+    "flexVolume",
+    "gitRepo",
+    "glusterfs",
+    "awsElasticBlockStore",
+    "gcePersistentDisk",
+    "azureDisk",
+    "azureFile",
+    "vsphereVolume",
+    "cinder",
+    "flocker",
+    "quobyte",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+)
+
+
+class Volume(_S, frozen=True, forbid_unknown_fields=False):
+    """One ``spec.volumes[]`` entry. The sources nodeagent can set up are typed; any other
+    source is kept raw under ``other`` (its API name → its JSON) so the volume manager can
+    refuse it by name."""
+
+    name: str
+    empty_dir: EmptyDirVolumeSource | None = None
+    host_path: HostPathVolumeSource | None = None
+    config_map: ConfigMapVolumeSource | None = None
+    secret: SecretVolumeSource | None = None
+    downward_api: DownwardAPIVolumeSource | None = msgspec.field(name="downwardAPI", default=None)
+    projected: ProjectedVolumeSource | None = None
+    other: dict[str, Any] = {}
+
+    @property
+    def source(self) -> str:
+        """The API name of the volume's source (``emptyDir``, ``persistentVolumeClaim``, ...),
+        ``""`` when it has none the agent recognises."""
+        for key, value in (
+            ("emptyDir", self.empty_dir),
+            ("hostPath", self.host_path),
+            ("configMap", self.config_map),
+            ("secret", self.secret),
+            ("downwardAPI", self.downward_api),
+            ("projected", self.projected),
+        ):
+            if value is not None:
+                return key
+        return next(iter(self.other), "")
 
 
 class Container(_S, frozen=True):
@@ -336,7 +488,7 @@ class PodSpec(_S, frozen=True):
     tolerations: tuple[dict[str, Any], ...] = ()
     os: PodOS | None = None
     enable_service_links: bool | None = None
-    volumes: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[Volume, ...] = ()
 
 
 class Pod(_S, frozen=True):
@@ -370,10 +522,29 @@ class Pod(_S, frozen=True):
         return MIRROR_POD_ANNOTATION in self.metadata.annotations
 
 
+def _keep_other_volume_sources(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with each volume's unrecognised sources copied under ``other``."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return obj
+    volumes = spec.get("volumes")
+    if not isinstance(volumes, list) or not volumes:
+        return obj
+    kept = []
+    for volume in volumes:
+        other = (
+            {k: v for k, v in volume.items() if k not in ("name", *SUPPORTED_VOLUME_SOURCES)}
+            if isinstance(volume, dict)
+            else {}
+        )
+        kept.append({**volume, "other": other} if other else volume)
+    return {**obj, "spec": {**spec, "volumes": kept}}
+
+
 def decode_pod(obj: dict[str, Any]) -> Pod:
     """A Pod from its JSON; raises ``msgspec.ValidationError`` naming the bad field
     (:class:`PodSpecError` for a name, UID or ``hostIP`` the agent refuses)."""
-    pod = msgspec.convert(obj, Pod, strict=False)
+    pod = msgspec.convert(_keep_other_volume_sources(obj), Pod, strict=False)
     check_identity(pod)
     return pod
 

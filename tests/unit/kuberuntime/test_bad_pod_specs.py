@@ -359,3 +359,37 @@ def test_a_quantity_of_the_wrong_type_is_named_by_its_key(raw: object) -> None:
         decode_checked_pod(obj)
     assert caught.value.field == "spec.containers[0].resources.requests.memory"
     assert "quantities must match the regular expression" in caught.value.message
+
+
+def test_volumes_decode_typed_and_keep_sources_the_agent_does_not_know_by_name() -> None:
+    from nodeagent.podspec import decode_pod
+
+    pod = decode_pod(
+        {
+            "metadata": {"name": "p", "uid": "u1"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "volumes": [
+                    {"name": "claim", "persistentVolumeClaim": {"claimName": "data"}},
+                    {
+                        "name": "cfg",
+                        "configMap": {"name": "app", "items": [{"key": "k", "path": "f"}]},
+                    },
+                    {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                ],
+            },
+        }
+    )
+    claim, cfg, scratch = pod.spec.volumes
+    assert (claim.source, claim.other) == (
+        "persistentVolumeClaim",
+        {"persistentVolumeClaim": {"claimName": "data"}},
+    )
+    assert cfg.source == "configMap" and cfg.config_map is not None
+    assert (cfg.config_map.name, cfg.config_map.default_mode, cfg.config_map.items[0].path) == (
+        "app",
+        0o644,
+        "f",
+    )
+    assert scratch.source == "emptyDir" and scratch.empty_dir is not None
+    assert scratch.empty_dir.medium == "Memory"
