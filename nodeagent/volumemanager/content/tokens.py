@@ -132,7 +132,12 @@ class TokenManager:
 
     async def token(self, pod: Pod, audience: str, expiration_seconds: int) -> bytes:
         """The pod's token for ``audience``; raises :class:`VolumeSetupError`."""
-        self._cleanup()
+        try:
+            return await self._token(pod, audience, expiration_seconds)
+        finally:
+            self._cleanup()
+
+    async def _token(self, pod: Pod, audience: str, expiration_seconds: int) -> bytes:
         now = self._clock.now()
         key = self._key(pod, audience, expiration_seconds)
         cached = self._cache.get(key)
