@@ -53,7 +53,7 @@ class Scene:
         obj.setdefault("metadata", {})["namespace"] = self.namespace
         self.kubectl("create", "-f", "-", input=json.dumps(obj))
 
-    def pod(self, name: str, volumes: list[dict[str, Any]]) -> Pod:
+    def pod(self, name: str, volumes: list[dict[str, Any]], **spec: Any) -> Pod:
         """A Pod bound to the test's node; returned as the apiserver stored it."""
         self.create(
             {
@@ -70,6 +70,7 @@ class Scene:
                         }
                     ],
                     "volumes": volumes,
+                    **spec,
                 },
             }
         )
@@ -426,3 +427,19 @@ async def test_a_node_cannot_get_tokens_for_pods_of_other_nodes(
     finally:
         with contextlib.suppress(Exception):
             scene.kubectl("delete", "node", other, "--ignore-not-found", check=False)
+
+
+async def test_fs_group_makes_the_token_group_readable(scene: Scene, tmp_path: Path) -> None:
+    pod = scene.pod("grouped", [], securityContext={"fsGroup": 2345})
+    (access,) = [v for v in pod.spec.volumes if v.name.startswith("kube-api-access-")]
+    path = target(tmp_path, "sa")
+    await scene.source.set_up(pod, access, path)
+    owners = {
+        name: ((path / name).stat().st_gid, oct(stat.S_IMODE((path / name).stat().st_mode)))
+        for name in ("token", "ca.crt", "namespace")
+    }
+    assert owners == {
+        "token": (2345, "0o640"),
+        "ca.crt": (2345, "0o644"),
+        "namespace": (2345, "0o644"),
+    }

@@ -6,7 +6,9 @@ directory (tmpfs already mounted for secret and projected volumes). ``set_up`` f
 volume references (ConfigMaps and Secrets through a per-object TTL cache, service-account tokens
 through the TokenRequest API), computes the payload (pure, :mod:`.payloads`) and projects it
 with the kubelet's atomic writer (:mod:`.writer`, in a worker thread), which writes nothing when
-nothing changed. A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
+nothing changed; with the pod's ``fsGroup`` the files are that group's and group-readable, as
+the kubelet's ownership change inside the writer (so the token file is 0640, not 0600).
+A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
 text after ``MountVolume.SetUp failed for volume "x" : ``. ``forget(pod_uid)`` drops what was
 cached for a pod that is gone.
 """
@@ -71,8 +73,12 @@ class ApiContentSource:
             raise VolumeSetupError(f"{name} is not supported on this node")
         inputs = await self._inputs(pod, volume)
         payload = volume_payload(pod, volume, inputs)
+        context = pod.spec.security_context
+        fs_group = context.fs_group if context is not None else None
         try:
-            changed = await asyncio.to_thread(write_payload, target, payload, now=self._clock.now())
+            changed = await asyncio.to_thread(
+                write_payload, target, payload, now=self._clock.now(), fs_group=fs_group
+            )
         except InvalidPath as e:
             raise VolumeSetupError(str(e)) from e
         except OSError as e:
