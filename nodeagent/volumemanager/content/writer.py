@@ -36,7 +36,7 @@ MAX_PATH_LENGTH: Final = 4096
 MAX_FILE_NAME_LENGTH: Final = 255
 FS_GROUP_FILE_BITS: Final = 0o440
 FS_GROUP_DIR_BITS: Final = 0o550 | stat.S_ISGID
-_TS_DIR: Final = re.compile(r"\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\..+")
+_TS_DIR: Final = re.compile(r"\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.[^/]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +175,8 @@ def write_payload(
         old_ts_name = os.readlink(data_link)
     except FileNotFoundError:
         old_ts_name = ""
+    if not _TS_DIR.fullmatch(old_ts_name):  # only ever a directory of ours beside the link
+        old_ts_name = ""
     old_ts = target / old_ts_name if old_ts_name else None
 
     to_remove: set[str] = set()
@@ -204,7 +206,7 @@ def write_payload(
     if old_ts is not None and old_ts.name != ts_dir.name:
         shutil.rmtree(old_ts, ignore_errors=True)
     for name in os.listdir(target):  # left by a writer killed between its steps
-        if name.startswith("..") and name not in (DATA_DIR, ts_dir.name) and _TS_DIR.match(name):
+        if name != ts_dir.name and _TS_DIR.fullmatch(name):
             shutil.rmtree(target / name, ignore_errors=True)
     return True
 

@@ -174,3 +174,18 @@ def test_directories_left_by_a_killed_writer_are_removed(tmp_path: Path) -> None
     write(tmp_path, {"a": (b"2", 0o644)})
     (ts,) = (n for n in ts_dirs(tmp_path) if n != "..keep")
     assert entries(tmp_path) == {DATA_DIR, ts, "a", "..keep"}
+
+
+def test_a_data_link_pointing_elsewhere_is_replaced_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "vol"
+    target.mkdir()
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"keep")
+    os.symlink(str(outside), target / DATA_DIR)
+    os.symlink(f"{DATA_DIR}/keep", target / "keep")
+    assert write(target, {"a": (b"1", 0o644)})
+    assert (outside / "keep").read_bytes() == b"keep"
+    (ts,) = ts_dirs(target)
+    assert os.readlink(target / DATA_DIR) == ts
+    assert (target / "a").read_bytes() == b"1"
