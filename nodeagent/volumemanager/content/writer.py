@@ -201,7 +201,8 @@ def write_payload(
         shutil.rmtree(ts_dir, ignore_errors=True)
         raise
     for rel in to_remove:
-        if "/" not in rel:  # only the top-level names are the user-visible symlinks
+        # only the top-level names are the user-visible symlinks (never a directory of others)
+        if "/" not in rel and (target / rel).is_symlink():
             (target / rel).unlink(missing_ok=True)
     if old_ts is not None and old_ts.name != ts_dir.name:
         shutil.rmtree(old_ts, ignore_errors=True)
