@@ -1,0 +1,1 @@
+"""The volume manager: each pod's volumes set up before its containers start, torn down after."""
