@@ -36,6 +36,8 @@ from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
+from nodeagent.volumemanager.layout import setup_failed_message
+from nodeagent.volumemanager.manager import VolumeManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=Tru
 SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SANDBOX_RETRY: Final = 10.0
 RESOLV_CONF_TTL: Final = 10.0
+FAILED_MOUNT: Final = "FailedMount"
 
 
 class EnvSource(Protocol):
@@ -152,9 +155,13 @@ class PodSync:
         host_dns: Callable[[], Any],
         host_ips: Callable[[], tuple[str, ...]],
         events: ObjectEventSink | None = None,
+        volumes: VolumeManager | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``volumes``: the volume manager; without one, a container that mounts a volume
+        fails with ``CreateContainerConfigError``."""
         self._runtime = runtime
+        self._volumes = volumes
         self._status = status
         self._clock = clock
         self._env = env
@@ -202,11 +209,26 @@ class PodSync:
         state = await self._runtime.pod_state(pod.uid)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
+        volumes = None
+        if self._volumes is not None:
+            volumes = await self._volumes.set_up(pod)
+            for name, why in volumes.failures.items():
+                message = setup_failed_message(name, why)
+                self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
+            if not volumes.ready:
+                return SyncOutcome(retry_in=volumes.retry_in)
         inputs = await self._env.inputs(pod)
         result = await self._runtime.sync_pod(
-            pod, state, inputs=inputs, host_dns=await self._host_dns(), on_event=self._on_event(pod)
+            pod,
+            state,
+            inputs=inputs,
+            host_dns=await self._host_dns(),
+            on_event=self._on_event(pod),
+            volumes=volumes,
         )
         self._record(pod, result)
+        if volumes is not None and volumes.retry_in is not None:
+            result.retry_after(volumes.retry_in)
         if result.sandbox_error is not None:
             result.retry_after(SANDBOX_RETRY)
         if result.started or result.failures or result.sandbox_error or result.events:
@@ -235,11 +257,13 @@ class PodSync:
     async def sync_terminated_pod(self, pod: Pod) -> None:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
+        await self.tear_down_volumes(pod.uid)
         if pod.deleted:
             self._status.delete_pod(pod)
 
     async def cleanup_pod(self, pod: Pod) -> None:
         await self.remove_runtime_pod(pod.uid)
+        await self.tear_down_volumes(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status.forget(pod.uid)
 
@@ -264,3 +288,14 @@ class PodSync:
             state = await self._runtime.pod_state(uid)
         await self._runtime.remove_pod(state)
         self._runtime.forget(uid)
+        await self.tear_down_volumes(uid)
+
+    async def tear_down_volumes(self, uid: str) -> None:
+        """Unmount the pod's volumes and remove its directory (its containers are gone)."""
+        if self._volumes is not None:
+            await self._volumes.tear_down(uid)
+
+    async def clean_orphaned_pod_dirs(self, keep: Callable[[str], bool]) -> None:
+        """Tear down the directories of pods ``keep`` rejects (housekeeping)."""
+        if self._volumes is not None:
+            await self._volumes.clean_orphans(keep)
