@@ -1,2 +1,2 @@
-"""The volume manager (issue 13): a pod's volumes set up before its containers start, torn down
-after they stop; see ``manager.py``. ``content/`` writes the files of API-sourced volumes."""
+"""The volume manager: each pod's volumes set up before its containers start, torn down after
+(``manager.py``); ``content/`` writes the files of API-sourced volumes."""
