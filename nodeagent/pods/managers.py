@@ -39,6 +39,7 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
+from nodeagent.volumemanager.content import content_source
 from nodeagent.volumemanager.manager import VolumeManager
 
 
@@ -170,7 +171,11 @@ def pod_managers(
         except (ValueError, ArithmeticError):
             return settings.memory_capacity
 
-    volumes = VolumeManager(root_dir=settings.root_dir, allocatable_memory=allocatable_memory)
+    volumes = VolumeManager(
+        root_dir=settings.root_dir,
+        content=content_source(api=api, clock=clock, allocatable=lambda: allocatable() or {}),
+        allocatable_memory=allocatable_memory,
+    )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
     podsync = PodSync(
         runtime=runtime,

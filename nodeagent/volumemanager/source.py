@@ -1,32 +1,16 @@
 """What the volume manager asks of the writer of API-sourced volume content (configMap,
-secret, downwardAPI, projected): the ``ContentSource`` boundary, and its failure."""
+secret, downwardAPI, projected): the ``ContentSource`` boundary and its failure (both from
+``content``), a stand-in for a node without one, and the Event text of any failure."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from nodeagent.podspec import Pod, Volume
+from nodeagent.volumemanager.content import ContentSource
+from nodeagent.volumemanager.content.errors import VolumeSetupError
 
-
-class VolumeSetupError(Exception):
-    """A volume cannot be set up; ``message`` is what follows
-    ``MountVolume.SetUp failed for volume "x" : `` in the ``FailedMount`` Event."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class ContentSource(Protocol):
-    async def set_up(self, pod: Pod, volume: Volume, target: Path) -> None:
-        """Write ``volume``'s files into the existing directory ``target`` (atomically,
-        idempotently: called on every pod sync); raise ``VolumeSetupError``."""
-        ...
-
-    def forget(self, pod_uid: str) -> None:
-        """The pod is gone: drop what was cached for it."""
-        ...
+__all__ = ["ContentSource", "NoContentSource", "VolumeSetupError", "failure_message"]
 
 
 class NoContentSource:
@@ -40,7 +24,7 @@ class NoContentSource:
 
 
 def failure_message(error: BaseException) -> str:
-    """The ``FailedMount`` text of a content writer's failure (its ``message`` when it has
-    one: the content package's own ``VolumeSetupError`` is not this class)."""
+    """The ``FailedMount`` text of a content writer's failure: its ``message`` when it has
+    one, else its text."""
     message = getattr(error, "message", None)
     return message if isinstance(message, str) and message else str(error) or type(error).__name__

@@ -25,6 +25,7 @@ from podnode import Node, phase, running_node, status_of, until
 from nodeagent.apiserver import PODS
 from nodeagent.clock import RealClock
 from nodeagent.events import ObjectReference
+from nodeagent.pods.sync import CONFIGMAPS, SECRETS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container
 from nodeagent.volumemanager.mounter import parse_mountinfo
@@ -139,6 +140,60 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
             await until("the pod directory removed", lambda: not pod_dir.exists(), within=10)
             assert mounts_below(pod_dir) == []
             assert host_file.read_text() == "hello from the host\n"  # a hostPath is never removed
+
+
+async def test_config_map_on_disk_and_secret_on_tmpfs_read_only_in_the_container(
+    containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    script = (
+        "cat /etc/cfg/greeting; echo; cat /etc/secret/token; echo; "
+        "grep -c ' /etc/secret tmpfs ro,' /proc/mounts; grep -c ' /etc/cfg ' /proc/mounts; "
+        "touch /etc/cfg/x 2>/dev/null || echo read-only; sleep 3600"
+    )
+    with no_mounts_left(tmp_path):
+        async with running_node(containerd, tmp_path) as node:
+            node.server.seed(
+                CONFIGMAPS,
+                {"metadata": {"name": "cfg", "namespace": "default"}, "data": {"greeting": "hi"}},
+            )
+            node.server.seed(
+                SECRETS,
+                {
+                    "metadata": {"name": "sec", "namespace": "default"},
+                    "data": {"token": "czNjcjN0"},
+                },
+            )
+            uid = node.create(
+                "content",
+                grace=1,
+                volumes=[
+                    {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "sec", "secret": {"secretName": "sec"}},
+                ],
+                containers=[
+                    container(
+                        "app",
+                        image=BUSYBOX_IMAGE,
+                        command=["sh", "-c", script],
+                        volumeMounts=[
+                            {"name": "cfg", "mountPath": "/etc/cfg"},
+                            {"name": "sec", "mountPath": "/etc/secret"},
+                        ],
+                    )
+                ],
+            )
+            lines = await until(
+                "the app's output",
+                lambda: (got := log_lines(node, uid, "content", "app")) and len(got) >= 5 and got,
+                within=30,
+            )
+            assert lines[:5] == ["hi", "s3cr3t", "1", "1", "read-only"]
+            pod_dir = Path(node.settings.root_dir) / "pods" / uid
+            secret_dir = pod_dir / "volumes" / "kubernetes.io~secret" / "sec"
+            assert mounts_below(pod_dir) == [str(secret_dir.resolve())]  # configMap on disk
+            delete(node, "content")
+            await until("the pod directory removed", lambda: not pod_dir.exists(), within=20)
+            assert mounts_below(pod_dir) == []
 
 
 async def test_sub_path_escape_is_refused_with_the_kubelet_message(
