@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from nodeagent.podspec import Pod, Volume
@@ -19,7 +20,13 @@ class FakeMounter:
         self.tmpfs: dict[str, int | None] = {}
         self.busy: set[str] = set()
         """Mount points whose unmount fails (``target is busy``)."""
+        self.binds: dict[str, str] = {}
+        """Bind mount target -> the path its source descriptor pointed to."""
         self.calls: list[tuple[str, str]] = []
+
+    async def bind(self, source: str, target: str) -> None:
+        self.calls.append(("bind", target))
+        self.binds[target] = await asyncio.to_thread(os.path.realpath, source)
 
     async def mount_tmpfs(self, target: str, size: int | None) -> None:
         self.calls.append(("mount", target))
@@ -32,9 +39,10 @@ class FakeMounter:
         if target in self.busy:
             raise MountError(f"umount: {target}: target is busy.")
         self.tmpfs.pop(target, None)
+        self.binds.pop(target, None)
 
     async def mount_points(self) -> list[str]:
-        return ["/", *self.tmpfs]
+        return ["/", *self.tmpfs, *self.binds]
 
 
 class FakeContentSource:

@@ -13,7 +13,8 @@ may start containers (every volume set up once), and when to try again (0.5 s do
 ``ContainerCreating``.
 
 :meth:`PodVolumes.container_mounts` gives the runtime manager a container's mounts (subPath
-checked, ``subpath.py``). :meth:`VolumeManager.tear_down` unmounts everything mounted below the
+checked, then bind-mounted from a descriptor under ``<podDir>/volume-subpaths``:
+``subpath.py``). :meth:`VolumeManager.tear_down` unmounts everything mounted below the
 pod's directory (deepest first) and removes the directory without following a symlink or
 crossing into a mount; it leaves the directory when a mount cannot be removed and says so.
 :meth:`VolumeManager.clean_orphans` does that for every pod directory whose UID the caller does
@@ -70,6 +71,9 @@ class PodVolumes:
     """Volumes never set up: the pod's containers must not start."""
     retry_in: float | None = None
     log: Logger = field(default_factory=lambda: get_logger("volumes"))
+    pod_dir: str = ""
+    mounter: Mounter | None = None
+    """Bind-mounts checked subPaths under ``pod_dir``; None mounts the checked path itself."""
 
     @property
     def ready(self) -> bool:
@@ -81,7 +85,7 @@ class PodVolumes:
         """``container``'s mounts as the kubelet's ``makeMounts`` builds them; raises
         ``ContainerConfigError`` with its messages."""
         out = []
-        for mount in container.volume_mounts:
+        for index, mount in enumerate(container.volume_mounts):
             volume = self.mounted.get(mount.name)
             if volume is None:
                 raise ContainerConfigError(
@@ -93,7 +97,7 @@ class PodVolumes:
                 sub = subpath.expand_expr(mount.sub_path_expr, env)
             if sub:
                 subpath.check_relative(sub)
-                host = await asyncio.to_thread(
+                resolved = await asyncio.to_thread(
                     subpath.prepare,
                     host,
                     sub,
@@ -101,6 +105,7 @@ class PodVolumes:
                     container=container.name,
                     log=self.log,
                 )
+                host = await self._bind_sub_path(host, resolved, mount.name, container, index)
             try:
                 propagation = layout.propagation(mount.mount_propagation)
             except ValueError as e:
@@ -119,6 +124,53 @@ class PodVolumes:
                 )
             )
         return out
+
+    async def _bind_sub_path(
+        self, volume: str, resolved: str, mount_name: str, container: Container, index: int
+    ) -> str:
+        """``resolved`` opened without following symlinks and bind-mounted from that
+        descriptor under the pod directory (kept across container restarts while it is still
+        the same file), so what the runtime mounts cannot be swapped after the check."""
+        if self.mounter is None:
+            return resolved
+        try:
+            fd = await asyncio.to_thread(subpath.open_within, volume, resolved)
+        except (OSError, subpath.SubPathEscape) as e:
+            raise self._prepare_failed(mount_name, container, e) from e
+        try:
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+            target = await asyncio.to_thread(
+                subpath.bind_target,
+                self.pod_dir,
+                mount_name,
+                container.name,
+                index,
+                is_dir=is_dir,
+            )
+            if target in await self.mounter.mount_points():
+                if await asyncio.to_thread(subpath.same_file, target, fd):
+                    return target
+                await self.mounter.unmount(target)
+            await self.mounter.bind(f"/proc/{os.getpid()}/fd/{fd}", target)
+            return target
+        except (OSError, MountError) as e:
+            raise self._prepare_failed(mount_name, container, e) from e
+        finally:
+            os.close(fd)
+
+    def _prepare_failed(
+        self, mount_name: str, container: Container, error: Exception
+    ) -> ContainerConfigError:
+        self.log.error(
+            "Failed to prepare subPath for volumeMount of the container",
+            container_name=container.name,
+            volume_mount_name=mount_name,
+            error=str(error),
+        )
+        return ContainerConfigError(
+            f'failed to prepare subPath for volumeMount "{mount_name}" of container '
+            f'"{container.name}"'
+        )
 
 
 def remove_tree(path: str) -> None:
@@ -213,7 +265,9 @@ class VolumeManager:
 
     async def set_up(self, pod: Pod) -> PodVolumes:
         state = self._pods.setdefault(pod.uid, _PodState())
-        result = PodVolumes(log=self._log)
+        result = PodVolumes(
+            log=self._log, pod_dir=str(self.pod_dir(pod.uid)), mounter=self._mounter
+        )
         await asyncio.to_thread(_make_pod_dirs, self._root, pod.uid)
         mounts: list[str] | None = None
         for volume in pod.spec.volumes:

@@ -23,6 +23,11 @@ class MountError(Exception):
 class Mounter(Protocol):
     async def mount_tmpfs(self, target: str, size: int | None) -> None: ...
 
+    async def bind(self, source: str, target: str) -> None:
+        """Bind-mount ``source`` (taken as it is: a ``/proc/<pid>/fd/<n>`` link) on
+        ``target``."""
+        ...
+
     async def unmount(self, target: str) -> None: ...
 
     async def mount_points(self) -> list[str]:
@@ -82,6 +87,9 @@ class SystemMounter:
     async def mount_tmpfs(self, target: str, size: int | None) -> None:
         options = ["-o", f"size={size}"] if size else []
         await self._run("mount", "-t", "tmpfs", *options, "tmpfs", target)
+
+    async def bind(self, source: str, target: str) -> None:
+        await self._run("mount", "--no-canonicalize", "--bind", source, target)
 
     async def unmount(self, target: str) -> None:
         await self._run("umount", target)

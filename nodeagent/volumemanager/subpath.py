@@ -6,7 +6,12 @@ created component by component without following symlinks, with the volume root'
 path, symlinks resolved, must stay inside the volume. What the user sees follows the kubelet,
 which keeps the host's layout out of the message (``failed to prepare subPath for volumeMount
 "v" of container "c"``); the detail (``subpath "..." not within volume path "..."``) is logged.
-Blocking parts (``prepare``) run through ``asyncio.to_thread``.
+
+Between that check and the runtime's bind mount a container could swap a directory for a
+symlink; so, as the kubelet, the checked path is opened component by component with
+``O_NOFOLLOW`` (:func:`open_within`) and that descriptor (``/proc/<pid>/fd/<n>``) is
+bind-mounted onto ``<podDir>/volume-subpaths/<volume>/<container>/<index>``, which is what the
+runtime mounts. Blocking parts run through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -120,3 +125,46 @@ def prepare(volume: str, sub_path: str, *, mount_name: str, container: str, log:
         raise ContainerConfigError(
             f'failed to prepare subPath for volumeMount "{mount_name}" of container "{container}"'
         ) from e
+
+
+def open_within(volume: str, resolved: str) -> int:
+    """An ``O_PATH`` descriptor of ``resolved`` (inside ``volume``, symlinks already resolved)
+    opened one component at a time without following a symlink; raises
+    :class:`SubPathEscape` when a component is (now) a symlink."""
+    base = os.path.realpath(volume)
+    if not _within(resolved, base):
+        raise SubPathEscape(f"subpath {resolved!r} not within volume path {base!r}")
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(base, flags | os.O_DIRECTORY)
+    try:
+        for name in [p for p in resolved[len(base) :].split("/") if p]:
+            child = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise SubPathEscape(f"subpath {resolved!r} changed to a symlink at {name!r}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def bind_target(pod_dir: str, volume: str, container: str, index: int, *, is_dir: bool) -> str:
+    """``<podDir>/volume-subpaths/<volume>/<container>/<index>``, created as a directory or
+    an empty file to mount over."""
+    parent = os.path.join(pod_dir, "volume-subpaths", volume, container)
+    os.makedirs(parent, 0o750, exist_ok=True)
+    target = os.path.join(parent, str(index))
+    if is_dir:
+        os.makedirs(target, 0o750, exist_ok=True)
+    elif not os.path.lexists(target):
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o640))
+    return target
+
+
+def same_file(path: str, fd: int) -> bool:
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

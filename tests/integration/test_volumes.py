@@ -83,7 +83,11 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
     reader = (
         "while [ ! -f /shared/msg ]; do sleep 0.1; done; cat /shared/msg; "
         "grep ' /mem ' /proc/mounts; cat /host/greeting; "
-        "stat -c 'group %g' /shared; stat -c 'memgroup %g' /mem; sleep 3600"
+        "stat -c 'group %g' /shared; stat -c 'memgroup %g' /mem; cat /sub/note; sleep 3600"
+    )
+    writer = (
+        "mkdir -p /shared/sub; echo via subPath > /shared/sub/note; "
+        "echo written by writer > /shared/msg; sleep 3600"
     )
     with no_mounts_left(tmp_path):
         async with running_node(containerd, tmp_path) as node:
@@ -103,7 +107,7 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
                     container(
                         "writer",
                         image=BUSYBOX_IMAGE,
-                        command=["sh", "-c", "echo written by writer > /shared/msg; sleep 3600"],
+                        command=["sh", "-c", writer],
                         volumeMounts=[{"name": "shared", "mountPath": "/shared"}],
                     ),
                     container(
@@ -114,6 +118,7 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
                             {"name": "shared", "mountPath": "/shared"},
                             {"name": "mem", "mountPath": "/mem"},
                             {"name": "host", "mountPath": "/host", "readOnly": True},
+                            {"name": "shared", "mountPath": "/sub", "subPath": "sub"},
                         ],
                     ),
                 ],
@@ -121,7 +126,7 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
             await until("Running", lambda: phase(node.pod("vols")) == "Running", within=30)
             lines = await until(
                 "the reader's output",
-                lambda: (got := log_lines(node, uid, "vols", "reader")) and len(got) >= 5 and got,
+                lambda: (got := log_lines(node, uid, "vols", "reader")) and len(got) >= 6 and got,
                 within=15,
             )
             assert lines[0] == "written by writer"
@@ -130,10 +135,15 @@ async def test_empty_dir_memory_host_path_and_fs_group_inside_the_containers(
             assert "size=16384k" in fields[3], lines[1]
             assert lines[2] == "hello from the host"
             assert lines[3:5] == ["group 2345", "memgroup 2345"]
+            assert lines[5] == "via subPath"
 
             pod_dir = Path(node.settings.root_dir) / "pods" / uid
             assert (pod_dir / "volumes" / "kubernetes.io~empty-dir" / "shared" / "msg").exists()
-            assert len(mounts_below(pod_dir)) == 1  # the Memory emptyDir's tmpfs
+            subpaths = pod_dir / "volume-subpaths" / "shared" / "reader"
+            assert mounts_below(pod_dir) == [  # the Memory emptyDir's tmpfs, the subPath bind
+                str((pod_dir / "volumes" / "kubernetes.io~empty-dir" / "mem").resolve()),
+                str((subpaths / "3").resolve()),
+            ]
 
             delete(node, "vols")
             await until("the pod deleted", lambda: node.pod("vols") is None, within=20)
@@ -201,7 +211,7 @@ async def test_sub_path_escape_is_refused_with_the_kubelet_message(
 ) -> None:
     with no_mounts_left(tmp_path):
         async with running_node(containerd, tmp_path) as node:
-            node.create(
+            uid = node.create(
                 "escape",
                 grace=1,
                 volumes=[{"name": "vol", "emptyDir": {}}],
@@ -234,6 +244,13 @@ async def test_sub_path_escape_is_refused_with_the_kubelet_message(
             assert waiting["message"] == (
                 'failed to prepare subPath for volumeMount "vol" of container "app"'
             )
+            pod_dir = Path(node.settings.root_dir) / "pods" / uid
+            assert mounts_below(pod_dir) == [  # the subPath that stayed inside
+                str((pod_dir / "volume-subpaths" / "vol" / "app" / "0").resolve())
+            ]
+            delete(node, "escape")
+            await until("the pod directory removed", lambda: not pod_dir.exists(), within=20)
+            assert mounts_below(pod_dir) == []
 
 
 async def test_pvc_pod_waits_in_container_creating_with_a_failed_mount_event(

@@ -131,7 +131,9 @@ async def test_host_path_type_failure_is_a_failed_mount(
     assert result.failures == {"h": f"hostPath type check failed: {tmp_path} is not a file"}
 
 
-async def test_container_mounts(manager: VolumeManager, tmp_path: Path) -> None:
+async def test_container_mounts(
+    manager: VolumeManager, mounter: FakeMounter, tmp_path: Path
+) -> None:
     p = volume_pod(
         {"name": "e", "emptyDir": {}},
         {"name": "cfg", "configMap": {"name": "c"}},
@@ -146,13 +148,16 @@ async def test_container_mounts(manager: VolumeManager, tmp_path: Path) -> None:
     result = await manager.set_up(p)
     mounts = await result.container_mounts(p.spec.containers[0], {"POD": "p"})
     empty_dir = vol_dir(tmp_path, "empty-dir", "e")
+    bound = tmp_path / "root" / "pods" / UID / "volume-subpaths" / "e" / "app" / "3"
     assert list(mounts) == [
         HostMount("/data", str(empty_dir), False, "host_to_container"),
         HostMount("/etc/cfg", str(vol_dir(tmp_path, "configmap", "cfg")), True, "private"),
         HostMount("/host", str(tmp_path), True, "private"),
-        HostMount("/logs", str((empty_dir / "logs" / "p").resolve()), False, "private"),
+        HostMount("/logs", str(bound), False, "private"),
     ]
     assert (empty_dir / "logs" / "p").is_dir()
+    # the checked path, opened without following symlinks, is bind-mounted from its descriptor
+    assert mounter.binds == {str(bound): str((empty_dir / "logs" / "p").resolve())}
 
 
 async def test_a_mount_naming_no_volume_is_a_config_error(manager: VolumeManager) -> None:

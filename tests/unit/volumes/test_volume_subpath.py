@@ -94,3 +94,19 @@ def test_sub_path_expr_expands_from_the_environment() -> None:
     assert subpath.expand_expr("$$(POD_NAME)", env) == "$(POD_NAME)"
     with pytest.raises(ContainerConfigError, match="missing value for EMPTY, NOPE"):
         subpath.expand_expr("$(NOPE)/$(EMPTY)", env)
+
+
+def test_open_within_refuses_a_symlink_swapped_in_after_the_check(farm: Path) -> None:
+    resolved = prepare(farm, "data")
+    (farm / "data").rename(farm / "data-moved")
+    (farm / "data").symlink_to("/")  # the race the bind mount from a descriptor closes
+    with pytest.raises(subpath.SubPathEscape):
+        subpath.open_within(str(farm), resolved)
+
+
+def test_open_within_opens_the_checked_path(farm: Path) -> None:
+    fd = subpath.open_within(str(farm), str((farm / "data" / "file").resolve()))
+    try:
+        assert subpath.same_file(str(farm / "data" / "file"), fd)
+    finally:
+        os.close(fd)
