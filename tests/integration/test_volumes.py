@@ -5,12 +5,14 @@ in-memory API: an emptyDir shared by two containers, ``medium: Memory`` as a siz
 hostPath file, ``fsGroup`` ownership, a subPath escape refused with the kubelet's message, a
 PVC pod waiting with its ``FailedMount`` Event; after the pod is deleted its directory and
 every mount are gone, and a directory a stopped agent left behind is cleaned up when the agent
-starts again.
+starts again — also for the real ``nodeagent run`` process killed with SIGKILL mid-setup on
+the real control plane.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentproc import agent_node, api_get, pods_in, wait_ready
+from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import Node, phase, running_node, status_of, until
@@ -315,3 +319,64 @@ async def test_pod_directory_left_by_a_stopped_agent_is_cleaned_when_it_starts_a
                 "the orphaned pod directory removed", lambda: not pod_dir.exists(), within=20
             )
             assert mounts_below(pod_dir) == []
+
+
+async def test_agent_killed_mid_setup_leaves_nothing_once_it_restarts(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    with no_mounts_left(tmp_path):
+        async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+            node.start()
+            await wait_ready(control_plane, node, status="True", within=90)
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "stuck", "namespace": node.namespace},
+                "spec": {
+                    "nodeName": node.name,
+                    "terminationGracePeriodSeconds": 1,
+                    "volumes": [
+                        {"name": "mem", "emptyDir": {"medium": "Memory"}},
+                        {"name": "cfg", "configMap": {"name": "missing"}},
+                    ],
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": BUSYBOX_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}],
+                        }
+                    ],
+                },
+            }
+            control_plane.kubectl("create", "-f", "-", input=json.dumps(pod))
+            [created] = pods_in(control_plane, node.namespace)
+            uid = created["metadata"]["uid"]
+            pod_dir = tmp_path / "root" / "pods" / uid
+            message = 'MountVolume.SetUp failed for volume "cfg" : configmap "missing" not found'
+
+            def failed_mount() -> bool:
+                events = api_get(control_plane, f"/api/v1/namespaces/{node.namespace}/events")
+                return any(
+                    e.get("reason") == "FailedMount" and e.get("message") == message
+                    for e in (events or {}).get("items", [])
+                )
+
+            await until("the FailedMount Event", failed_mount, within=30)
+            # the Memory emptyDir and the service-account token volume are on tmpfs
+            assert len(mounts_below(pod_dir)) == 2, mounts_below(pod_dir)
+            [stuck] = pods_in(control_plane, node.namespace)
+            app = status_of(stuck, "app")
+            assert app["state"]["waiting"]["reason"] == "ContainerCreating"
+
+            node.kill()
+            control_plane.kubectl(
+                "delete", "pod", "stuck", "-n", node.namespace, "--grace-period=0", "--force"
+            )
+            node.start()
+            await until(
+                "the pod directory removed", lambda: not pod_dir.exists(), within=30, every=0.5
+            )
+            assert mounts_below(tmp_path / "root") == []
+            assert "Traceback" not in node.log_text(), node.log_tail()
