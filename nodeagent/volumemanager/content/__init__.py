@@ -6,7 +6,9 @@ directory (tmpfs already mounted for secret and projected volumes). ``set_up`` f
 volume references (ConfigMaps and Secrets through a per-object TTL cache, service-account tokens
 through the TokenRequest API), computes the payload (pure, :mod:`.payloads`) and projects it
 with the kubelet's atomic writer (:mod:`.writer`, in a worker thread), which writes nothing when
-nothing changed. A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
+nothing changed; with the pod's ``fsGroup`` the files are that group's and group-readable, as
+the kubelet's ownership change inside the writer (so the token file is 0640, not 0600).
+A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
 text after ``MountVolume.SetUp failed for volume "x" : ``. ``forget(pod_uid)`` drops what was
 cached for a pod that is gone.
 """
@@ -33,7 +35,7 @@ from nodeagent.volumemanager.content.payloads import (
     volume_payload,
 )
 from nodeagent.volumemanager.content.tokens import TokenManager
-from nodeagent.volumemanager.content.writer import InvalidPath, write_payload
+from nodeagent.volumemanager.content.writer import InvalidPath, Payload, write_payload
 
 __all__ = ["ApiContentSource", "ContentSource", "VolumeSetupError", "content_source"]
 
@@ -63,6 +65,7 @@ class ApiContentSource:
         self._objects = ObjectCache(api=api, clock=clock, ttl=object_ttl)
         self._tokens = tokens or TokenManager(api=api, clock=clock)
         self._log = log or get_logger("volumecontent")
+        self._writes: dict[str, asyncio.Future[bool]] = {}
 
     async def set_up(self, pod: Pod, volume: Volume, target: Path) -> None:
         if volume.source not in CONTENT_SOURCES:
@@ -71,8 +74,10 @@ class ApiContentSource:
             raise VolumeSetupError(f"{name} is not supported on this node")
         inputs = await self._inputs(pod, volume)
         payload = volume_payload(pod, volume, inputs)
+        context = pod.spec.security_context
+        fs_group = context.fs_group if context is not None else None
         try:
-            changed = await asyncio.to_thread(write_payload, target, payload, now=self._clock.now())
+            changed = await self._write(target, payload, fs_group)
         except InvalidPath as e:
             raise VolumeSetupError(str(e)) from e
         except OSError as e:
@@ -84,6 +89,28 @@ class ApiContentSource:
                 volume=volume.name,
                 files=len(payload),
             )
+
+    async def _write(self, target: Path, payload: Payload, fs_group: int | None) -> bool:
+        """Write in a worker thread, one write per target at a time: a write whose caller was
+        cancelled runs on in its thread, and the next one for that target waits for it."""
+        key = str(target)
+        while (previous := self._writes.get(key)) is not None and not previous.done():
+            await asyncio.wait([previous])
+        write = asyncio.ensure_future(
+            asyncio.to_thread(
+                write_payload, target, payload, now=self._clock.now(), fs_group=fs_group
+            )
+        )
+        self._writes[key] = write
+
+        def finished(done: asyncio.Future[bool]) -> None:
+            if self._writes.get(key) is done:
+                del self._writes[key]
+            if not done.cancelled():
+                done.exception()  # retrieved: a cancelled caller's failure is not "never retrieved"
+
+        write.add_done_callback(finished)
+        return await asyncio.shield(write)
 
     async def _inputs(self, pod: Pod, volume: Volume) -> Inputs:
         refs = references(volume)

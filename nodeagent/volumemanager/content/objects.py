@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -37,7 +37,7 @@ class _Entry:
     value: ObjectData
 
 
-def decode_config_map(obj: dict[str, object]) -> ObjectData:
+def decode_config_map(obj: Mapping[str, object]) -> ObjectData:
     data: dict[str, bytes] = {}
     binary = obj.get("binaryData") or {}
     if isinstance(binary, dict):
@@ -52,7 +52,7 @@ def decode_config_map(obj: dict[str, object]) -> ObjectData:
     return ObjectData(data)
 
 
-def decode_secret(obj: dict[str, object]) -> ObjectData:
+def decode_secret(obj: Mapping[str, object]) -> ObjectData:
     data: dict[str, bytes] = {}
     raw = obj.get("data") or {}
     if isinstance(raw, dict):

@@ -3,6 +3,7 @@ cache, tokens, the atomic writer on disk, forget."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 from pathlib import Path
@@ -213,3 +214,25 @@ async def test_forget_drops_what_only_that_pod_used(
     source.forget("b")
     await source.set_up(b, volume(b), tmp_path / "b")
     assert len(server.calls_to("get", "configmaps")) == 2
+
+
+async def test_concurrent_set_ups_of_one_volume_write_one_after_the_other(
+    server: FakeApiServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    source = content_source(api=server, clock=clock)
+    pods = [
+        make_pod(
+            {
+                "name": "info",
+                "downwardAPI": {
+                    "items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]
+                },
+            },
+            uid=f"u{i}",
+        )
+        for i in range(8)
+    ]
+    await asyncio.gather(*(source.set_up(p, volume(p), tmp_path) for p in pods))
+    assert files(tmp_path) == {"name": "p-u7"}
+    stamped = [n for n in os.listdir(tmp_path) if n.startswith("..") and n != "..data"]
+    assert stamped == [os.readlink(tmp_path / "..data")]

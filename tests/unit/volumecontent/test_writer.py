@@ -140,3 +140,52 @@ def test_names_that_merely_contain_dots_are_fine(tmp_path: Path) -> None:
     write(tmp_path, {".hidden": (b"1", 0o644), "a..b": (b"2", 0o644)})
     assert (tmp_path / ".hidden").read_bytes() == b"1"
     assert (tmp_path / "a..b").read_bytes() == b"2"
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another group needs root")
+
+
+@root_only
+def test_fs_group_owns_everything_and_makes_files_group_readable(tmp_path: Path) -> None:
+    files = {"token": FileProjection(b"t", 0o600), "d/x": FileProjection(b"x", 0o400)}
+    assert write_payload(tmp_path, files, now=NOW, fs_group=4321)
+    (ts,) = ts_dirs(tmp_path)
+    for rel, mode in (("token", 0o640), ("d/x", 0o440)):
+        st = (tmp_path / rel).stat()
+        assert (st.st_gid, oct(stat.S_IMODE(st.st_mode))) == (4321, oct(mode))
+    for rel in (ts, f"{ts}/d", "."):
+        st = (tmp_path / rel).stat()
+        assert st.st_gid == 4321
+        assert st.st_mode & stat.S_ISGID
+        assert stat.S_IMODE(st.st_mode) & 0o550 == 0o550
+    assert os.lstat(tmp_path / "token").st_gid == 4321
+    # unchanged with the same group: nothing written; another group: rewritten
+    assert not write_payload(tmp_path, files, now=NOW, fs_group=4321)
+    assert write_payload(tmp_path, files, now=NOW, fs_group=4322)
+    assert (tmp_path / "token").stat().st_gid == 4322
+
+
+def test_directories_left_by_a_killed_writer_are_removed(tmp_path: Path) -> None:
+    write(tmp_path, {"a": (b"1", 0o644)})
+    stray = tmp_path / "..2026_03_04_05_06_00.abcdef"
+    stray.mkdir()
+    (stray / "a").write_bytes(b"half")
+    (tmp_path / "..keep").mkdir()  # not a timestamped directory: not ours to remove
+    write(tmp_path, {"a": (b"2", 0o644)})
+    (ts,) = (n for n in ts_dirs(tmp_path) if n != "..keep")
+    assert entries(tmp_path) == {DATA_DIR, ts, "a", "..keep"}
+
+
+def test_a_data_link_pointing_elsewhere_is_replaced_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "vol"
+    target.mkdir()
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"keep")
+    os.symlink(str(outside), target / DATA_DIR)
+    os.symlink(f"{DATA_DIR}/keep", target / "keep")
+    assert write(target, {"a": (b"1", 0o644)})
+    assert (outside / "keep").read_bytes() == b"keep"
+    (ts,) = ts_dirs(target)
+    assert os.readlink(target / DATA_DIR) == ts
+    assert (target / "a").read_bytes() == b"1"
