@@ -205,9 +205,13 @@ def remove_tree(path: str) -> None:
 
 
 def _make_dir(path: Path, mode: int) -> None:
-    path.mkdir(mode=mode, parents=False, exist_ok=True)
-    if stat.S_IMODE(path.lstat().st_mode) != mode:
-        os.chmod(path, mode)
+    """``path`` with ``mode`` (umask aside) when it is new; an existing one (a mounted tmpfs,
+    a volume whose fsGroup bits are set) keeps its mode."""
+    try:
+        path.mkdir(mode=mode)
+    except FileExistsError:
+        return
+    os.chmod(path, mode)
 
 
 def _make_pod_dirs(root_dir: str, uid: str) -> None:

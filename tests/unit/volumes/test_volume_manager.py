@@ -182,6 +182,8 @@ async def test_fs_group_is_applied_to_empty_dirs(manager: VolumeManager, tmp_pat
     path = vol_dir(tmp_path, "empty-dir", "e")
     assert path.stat().st_gid == 3456
     assert stat.S_IMODE(path.stat().st_mode) == 0o2777
+    await manager.set_up(p)  # the next sync keeps the setgid bit
+    assert stat.S_IMODE(path.stat().st_mode) == 0o2777
 
 
 async def test_tear_down_unmounts_and_removes_without_following_links(
