@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.podspec import Pod
-from nodeagent.testing.pods import container, pod
+from nodeagent.podspec import Pod, PodSpecError
+from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.testing.pods import container, pod, pod_object
 from nodeagent.volumemanager import layout
 
 UID = "4f1c"
@@ -147,3 +148,11 @@ def test_pod_memory_limit_counts_init_containers_and_overhead() -> None:
         overhead={"memory": "10Mi"},
     )
     assert layout.pod_memory_limit(p) == 310 * MI
+
+
+def test_an_unreadable_size_limit_is_refused_at_decoding_naming_the_field() -> None:
+    body = pod_object("p", volumes=[{"name": "m", "emptyDir": {"sizeLimit": "16 furlongs"}}])
+    with pytest.raises(PodSpecError) as e:
+        decode_checked_pod(body)
+    assert e.value.field == "spec.volumes[0].emptyDir.sizeLimit"
+    assert e.value.message.startswith('Invalid value: "16 furlongs": quantities must match')

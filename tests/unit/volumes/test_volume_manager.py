@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cri_protos.runtime.v1 import api_pb2 as api
 from nodeagent.kuberuntime.env import ContainerConfigError
-from nodeagent.kuberuntime.mounts import HostMount
+from nodeagent.kuberuntime.mounts import HostMount, Propagation, to_cri
 from nodeagent.podspec import Pod
 from nodeagent.testing.fake_volumes import FakeContentSource, FakeMounter
 from nodeagent.testing.pods import container, pod
@@ -254,3 +255,20 @@ def test_mountinfo_is_parsed_with_escapes_and_nested_mounts_deepest_first() -> N
         "/var/lib/na/pods/u/volumes/a b/inner",
         "/var/lib/na/pods/u/volumes/a b",
     ]
+
+
+@pytest.mark.parametrize(
+    ("propagation", "expected"),
+    [
+        ("private", api.PROPAGATION_PRIVATE),
+        ("host_to_container", api.PROPAGATION_HOST_TO_CONTAINER),
+        ("bidirectional", api.PROPAGATION_BIDIRECTIONAL),
+    ],
+)
+def test_mounts_reach_cri_with_propagation_and_no_relabel(
+    propagation: Propagation, expected: int
+) -> None:
+    mount = to_cri(HostMount("/data", "/host/data", True, propagation))
+    assert (mount.container_path, mount.host_path, mount.readonly) == ("/data", "/host/data", True)
+    assert mount.propagation == expected
+    assert mount.selinux_relabel is False
