@@ -257,7 +257,7 @@ class PodSync:
     async def sync_terminated_pod(self, pod: Pod) -> None:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
-        await self.tear_down_volumes(pod.uid)
+        await self.tear_down_volumes(pod.uid, keep_pod_dir=True)
         if pod.deleted:
             self._status.delete_pod(pod)
 
@@ -290,10 +290,11 @@ class PodSync:
         self._runtime.forget(uid)
         await self.tear_down_volumes(uid)
 
-    async def tear_down_volumes(self, uid: str) -> None:
-        """Unmount the pod's volumes and remove its directory (its containers are gone)."""
+    async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
+        """Unmount and remove the pod's volumes (its containers are gone), and its directory
+        unless ``keep_pod_dir`` (the pod is still in the API)."""
         if self._volumes is not None:
-            await self._volumes.tear_down(uid)
+            await self._volumes.tear_down(uid, keep_pod_dir=keep_pod_dir)
 
     async def clean_orphaned_pod_dirs(self, keep: Callable[[str], bool]) -> None:
         """Tear down the directories of pods ``keep`` rejects (housekeeping)."""

@@ -15,8 +15,9 @@ may start containers (every volume set up once), and when to try again (0.5 s do
 :meth:`PodVolumes.container_mounts` gives the runtime manager a container's mounts (subPath
 checked, then bind-mounted from a descriptor under ``<podDir>/volume-subpaths``:
 ``subpath.py``). :meth:`VolumeManager.tear_down` unmounts everything mounted below the
-pod's directory (deepest first) and removes the directory without following a symlink or
-crossing into a mount; it leaves the directory when a mount cannot be removed and says so.
+pod's directory (deepest first) and removes the volumes (a terminated pod still in the API)
+or the whole directory (the pod is gone), never following a symlink or crossing into a mount;
+it leaves the directory when a mount cannot be removed and says so.
 :meth:`VolumeManager.clean_orphans` does that for every pod directory whose UID the caller does
 not keep (agent start, housekeeping), so a ``kill -9`` mid-setup leaves nothing behind.
 """
@@ -52,6 +53,8 @@ RETRY_MAX: Final = 122.0  # maxDurationBeforeRetry: 2m2s
 POD_DIR_MODE: Final = 0o750
 VOLUME_DIR_MODE: Final = 0o777
 DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+VOLUMES: Final = "volumes"
+SUBPATHS: Final = "volume-subpaths"
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,8 +377,10 @@ class VolumeManager:
 
     # --- tearing down -------------------------------------------------------------------
 
-    async def tear_down(self, uid: str) -> bool:
-        """Unmount and remove the pod's directory; True when it is gone."""
+    async def tear_down(self, uid: str, *, keep_pod_dir: bool = False) -> bool:
+        """Unmount the pod's volumes and remove them; then its directory, unless
+        ``keep_pod_dir`` (a terminated pod still in the API: the kubelet unmounts and removes
+        its volumes then, and the directory once the pod is gone). True when done."""
         self._pods.pop(uid, None)
         self._content.forget(uid)
         path = self.pod_dir(uid)
@@ -383,11 +388,11 @@ class VolumeManager:
             return False
         self._tearing_down.add(uid)
         try:
-            return await self._tear_down(uid, path)
+            return await self._tear_down(uid, path, keep_pod_dir=keep_pod_dir)
         finally:
             self._tearing_down.discard(uid)
 
-    async def _tear_down(self, uid: str, path: Path) -> bool:
+    async def _tear_down(self, uid: str, path: Path, *, keep_pod_dir: bool) -> bool:
         if not await asyncio.to_thread(os.path.lexists, path):
             return True
         real = await asyncio.to_thread(os.path.realpath, path)
@@ -402,12 +407,16 @@ class VolumeManager:
                 "Pod directory kept: mounts remain below it", pod_uid=uid, mounts=",".join(left)
             )
             return False
+        doomed = [path / VOLUMES, path / SUBPATHS] if keep_pod_dir else [path]
         try:
-            await asyncio.to_thread(remove_tree, str(path))
+            for tree in doomed:
+                if await asyncio.to_thread(os.path.lexists, tree):
+                    await asyncio.to_thread(remove_tree, str(tree))
         except OSError as e:
             self._log.warning("Cannot remove pod directory", pod_uid=uid, error=str(e))
             return False
-        self._log.v(2).info("Removed pod directory", pod_uid=uid, path=str(path))
+        what = "Removed pod volumes" if keep_pod_dir else "Removed pod directory"
+        self._log.v(2).info(what, pod_uid=uid, path=str(path))
         return True
 
     async def clean_orphans(self, keep: Callable[[str], bool]) -> list[str]:

@@ -4,6 +4,7 @@ their mounts; the pod directory goes with the pod."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,3 +118,26 @@ async def test_housekeeping_removes_a_pod_directory_no_pod_owns(vstack: VolumeSt
     vstack.mounter.tmpfs[str(orphan)] = None
     await until(lambda: not (vstack.root / "pods" / "orphan-uid").exists())
     assert vstack.mounter.tmpfs == {}
+
+
+async def test_a_terminated_pod_loses_its_volumes_and_keeps_its_directory(
+    vstack: VolumeStack,
+) -> None:
+    s = vstack.stack
+    uid = seed(
+        s.server,
+        "job",
+        restart_policy="Never",
+        volumes=[{"name": "m", "emptyDir": {"medium": "Memory"}}, {"name": "d", "emptyDir": {}}],
+    )
+    [ctr] = await until(lambda: s.running("app"))
+    pod_dir = vstack.root / "pods" / uid
+    assert (pod_dir / "volumes").is_dir() and vstack.mounter.tmpfs
+    s.runtime.exit_container(ctr.id, exit_code=0)
+    await until(lambda: (s.pod("job") or {}).get("status", {}).get("phase") == "Succeeded")
+    await until(lambda: not (pod_dir / "volumes").exists())
+    assert vstack.mounter.tmpfs == {}
+    await asyncio.sleep(5)  # housekeeping ran: the pod is still in the API
+    assert pod_dir.is_dir()  # until the pod leaves the API, as the kubelet
+    s.server.remove(PODS, "job", "default")
+    await until(lambda: not pod_dir.exists())
