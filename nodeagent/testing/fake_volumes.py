@@ -20,6 +20,7 @@ class FakeMounter:
         self.tmpfs: dict[str, int | None] = {}
         self.busy: set[str] = set()
         """Mount points whose unmount fails (``target is busy``)."""
+        self.shared: set[str] = set()
         self.binds: dict[str, str] = {}
         """Bind mount target -> the path its source descriptor pointed to."""
         self.calls: list[tuple[str, str]] = []
@@ -27,6 +28,12 @@ class FakeMounter:
     async def bind(self, source: str, target: str) -> None:
         self.calls.append(("bind", target))
         self.binds[target] = await asyncio.to_thread(os.path.realpath, source)
+
+    async def make_shared(self, target: str) -> None:
+        self.calls.append(("make-rshared", target))
+        if target not in self.tmpfs and target not in self.binds:
+            raise MountError(f"mount: {target}: not mount point or bad option.")
+        self.shared.add(target)
 
     async def mount_tmpfs(self, target: str, size: int | None) -> None:
         self.calls.append(("mount", target))
@@ -40,6 +47,7 @@ class FakeMounter:
             raise MountError(f"umount: {target}: target is busy.")
         self.tmpfs.pop(target, None)
         self.binds.pop(target, None)
+        self.shared.discard(target)
 
     async def mount_points(self) -> list[str]:
         return ["/", *self.tmpfs, *self.binds]

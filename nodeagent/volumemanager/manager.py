@@ -113,6 +113,8 @@ class PodVolumes:
                 propagation = layout.propagation(mount.mount_propagation)
             except ValueError as e:
                 raise ContainerConfigError(str(e)) from e
+            if propagation != "private":
+                await self._share(host, mount.name)
             if mount.recursive_read_only == "Enabled":
                 raise ContainerConfigError(
                     f'volumeMount "{mount.name}": recursiveReadOnly "Enabled" is not '
@@ -127,6 +129,28 @@ class PodVolumes:
                 )
             )
         return out
+
+    async def _share(self, host: str, mount_name: str) -> None:
+        """Make a volume below the pod directory a shared mount of its own (bound onto itself
+        when it is a plain directory), so the runtime accepts ``HostToContainer`` and
+        ``Bidirectional`` propagation whatever the propagation of the filesystem holding the
+        root directory (the kubelet makes its whole root directory rshared for that). A
+        hostPath is the host's: as with the kubelet, its own mount must be shared."""
+        if self.mounter is None or not self.pod_dir:
+            return
+        real = await asyncio.to_thread(os.path.realpath, host)
+        base = await asyncio.to_thread(os.path.realpath, self.pod_dir)
+        if not real.startswith(base + "/"):
+            return
+        try:
+            if real not in await self.mounter.mount_points():
+                await self.mounter.bind(real, real)
+            await self.mounter.make_shared(real)
+        except (OSError, MountError) as e:
+            self.log.error("Cannot share a volume's mount", path=real, error=str(e))
+            raise ContainerConfigError(
+                f'failed to share volumeMount "{mount_name}" for its mountPropagation'
+            ) from e
 
     async def _bind_sub_path(
         self, volume: str, resolved: str, mount_name: str, container: Container, index: int

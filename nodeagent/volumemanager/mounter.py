@@ -28,6 +28,10 @@ class Mounter(Protocol):
         ``target``."""
         ...
 
+    async def make_shared(self, target: str) -> None:
+        """Mark the mount at ``target`` and every mount below it shared (``rshared``)."""
+        ...
+
     async def unmount(self, target: str) -> None: ...
 
     async def mount_points(self) -> list[str]:
@@ -90,6 +94,9 @@ class SystemMounter:
 
     async def bind(self, source: str, target: str) -> None:
         await self._run("mount", "--no-canonicalize", "--bind", source, target)
+
+    async def make_shared(self, target: str) -> None:
+        await self._run("mount", "--make-rshared", target)
 
     async def unmount(self, target: str) -> None:
         await self._run("umount", target)

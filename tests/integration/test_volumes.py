@@ -11,6 +11,7 @@ the real control plane.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -380,3 +381,45 @@ async def test_agent_killed_mid_setup_leaves_nothing_once_it_restarts(
             )
             assert mounts_below(tmp_path / "root") == []
             assert "Traceback" not in node.log_text(), node.log_tail()
+
+
+async def test_host_to_container_propagation_shows_a_later_host_mount_inside(
+    containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    script = "until [ -f /prop/inner/hello ]; do sleep 0.1; done; cat /prop/inner/hello; sleep 3600"
+    with no_mounts_left(tmp_path):
+        async with running_node(containerd, tmp_path) as node:
+            uid = node.create(
+                "prop",
+                grace=1,
+                volumes=[{"name": "prop", "emptyDir": {}}],
+                containers=[
+                    container(
+                        "app",
+                        image=BUSYBOX_IMAGE,
+                        command=["sh", "-c", script],
+                        volumeMounts=[
+                            {
+                                "name": "prop",
+                                "mountPath": "/prop",
+                                "mountPropagation": "HostToContainer",
+                            }
+                        ],
+                    )
+                ],
+            )
+            await until("Running", lambda: phase(node.pod("prop")) == "Running", within=30)
+            pod_dir = Path(node.settings.root_dir) / "pods" / uid
+            inner = pod_dir / "volumes" / "kubernetes.io~empty-dir" / "prop" / "inner"
+            inner.mkdir()
+            await asyncio.to_thread(
+                subprocess.run, ["mount", "-t", "tmpfs", "tmpfs", str(inner)], check=True
+            )
+            (inner / "hello").write_text("mounted on the host after the start\n")
+            lines = await until(
+                "the app's output", lambda: log_lines(node, uid, "prop", "app"), within=15
+            )
+            assert lines == ["mounted on the host after the start"]  # only through propagation
+            delete(node, "prop")
+            await until("the pod directory removed", lambda: not pod_dir.exists(), within=20)
+            assert mounts_below(pod_dir) == []

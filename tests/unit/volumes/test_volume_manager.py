@@ -158,7 +158,11 @@ async def test_container_mounts(
     ]
     assert (empty_dir / "logs" / "p").is_dir()
     # the checked path, opened without following symlinks, is bind-mounted from its descriptor
-    assert mounter.binds == {str(bound): str((empty_dir / "logs" / "p").resolve())}
+    assert mounter.binds == {
+        str(empty_dir): str(empty_dir),  # HostToContainer: the volume is a shared mount
+        str(bound): str((empty_dir / "logs" / "p").resolve()),
+    }
+    assert mounter.shared == {str(empty_dir)}
 
 
 async def test_a_mount_naming_no_volume_is_a_config_error(manager: VolumeManager) -> None:
@@ -272,3 +276,16 @@ def test_mounts_reach_cri_with_propagation_and_no_relabel(
     assert (mount.container_path, mount.host_path, mount.readonly) == ("/data", "/host/data", True)
     assert mount.propagation == expected
     assert mount.selinux_relabel is False
+
+
+async def test_propagation_on_a_host_path_leaves_the_host_mounts_alone(
+    manager: VolumeManager, mounter: FakeMounter, tmp_path: Path
+) -> None:
+    p = volume_pod(
+        {"name": "h", "hostPath": {"path": str(tmp_path)}},
+        mounts=[{"name": "h", "mountPath": "/host", "mountPropagation": "HostToContainer"}],
+    )
+    result = await manager.set_up(p)
+    [mount] = await result.container_mounts(p.spec.containers[0], {})
+    assert mount.propagation == "host_to_container"
+    assert mounter.binds == {} and mounter.shared == set()
