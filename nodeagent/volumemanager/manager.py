@@ -5,7 +5,8 @@
 for every volume (a hostPath volume is the host path, after its ``type`` check): an emptyDir on
 disk, or on tmpfs for ``medium: Memory``; configMap and downwardAPI on disk, secret and
 projected on tmpfs, their files written by the :class:`ContentSource` on every call so updates
-reach running pods; ``fsGroup`` ownership applied (``ownership.py``). It never raises for a
+reach running pods (its writer applies ``fsGroup`` to them, as the kubelet's); ``fsGroup``
+ownership of emptyDirs (``ownership.py``). It never raises for a
 volume: the result names each volume that failed with the ``FailedMount`` text, whether the pod
 may start containers (every volume set up once), and when to try again (0.5 s doubling to
 2 min 2 s, the kubelet's volume operation back-off). A source the node does not set up
@@ -359,7 +360,7 @@ class VolumeManager:
                 raise
             except Exception as e:
                 raise VolumeSetupError(failure_message(e)) from e
-            await self._own(pod, volume, path, read_only=True)
+            # fsGroup: the content writer owns its files, as the kubelet's atomic writer does
         elif volume.name not in state.owned:
             await self._own(pod, volume, path, read_only=False)
             state.owned.add(volume.name)
