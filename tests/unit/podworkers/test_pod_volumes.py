@@ -141,3 +141,27 @@ async def test_a_terminated_pod_loses_its_volumes_and_keeps_its_directory(
     assert pod_dir.is_dir()  # until the pod leaves the API, as the kubelet
     s.server.remove(PODS, "job", "default")
     await until(lambda: not pod_dir.exists())
+
+
+async def test_content_is_refreshed_in_a_running_pod_within_the_sync_period(
+    vstack: VolumeStack,
+) -> None:
+    s = vstack.stack
+    vstack.content.files = {"cfg": {"greeting": "v1"}}
+    uid = seed(
+        s.server,
+        "web",
+        volumes=[{"name": "cfg", "configMap": {"name": "settings"}}],
+        containers=[container("app", volumeMounts=[{"name": "cfg", "mountPath": "/etc/cfg"}])],
+    )
+    await until(lambda: s.running("app"))
+    greeting = (
+        vstack.root / "pods" / uid / "volumes" / "kubernetes.io~configmap" / "cfg" / "greeting"
+    )
+    assert greeting.read_text() == "v1"
+    vstack.content.files = {"cfg": {"greeting": "v2"}}
+    loop = asyncio.get_running_loop()
+    changed_at = loop.time()
+    await until(lambda: greeting.read_text() == "v2", within=90)
+    assert loop.time() - changed_at <= 61  # syncFrequency: every running pod is synced each 60s
+    assert len(await s.running("app")) == 1  # the container kept running
