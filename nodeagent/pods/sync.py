@@ -1,13 +1,17 @@
 """The kubelet's three pod sync functions, over the runtime manager and the status manager.
 
 - ``sync_pod``: read the runtime state, report the status computed from it (the kubelet
-  reports before it acts), stop when the phase is terminal, else run the runtime manager's
-  ``sync_pod``, remember why containers failed to start (the reason cache behind
-  ``CrashLoopBackOff``, ``ErrImagePull``, ...) and report the status again if anything moved;
+  reports before it acts), stop when the phase is terminal, else set up the pod's volumes (one
+  that cannot be set up: a ``FailedMount`` Event, and until every volume has been set up once
+  no container starts: the kubelet's ``WaitForAttachAndMount``), run the runtime manager's
+  ``sync_pod`` with the containers' mounts, remember why containers failed to start (the
+  reason cache behind ``CrashLoopBackOff``, ``ErrImagePull``, ...) and report the status again
+  if anything moved;
 - ``sync_terminating_pod``: kill the pod with its grace period, report the terminal status;
-- ``sync_terminated_pod``: report the final status; for a deleted pod, ask the status manager
-  to remove the API object;
-- ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes and logs.
+- ``sync_terminated_pod``: report the final status, unmount and remove the pod's volumes; for a
+  deleted pod, ask the status manager to remove the API object;
+- ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes, logs and
+  its directory under ``<rootDir>/pods``.
 
 What the runtime manager does is recorded as it happens, as Events about the pod or one of its
 containers (``Pulling``, ``Created``, ``Failed``, ``BackOff``, ``Killing``, ...), to ``events``.
