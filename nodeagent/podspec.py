@@ -445,6 +445,7 @@ class PodSecurityContext(_S, frozen=True):
     run_as_non_root: bool | None = None
     supplemental_groups: tuple[int, ...] = ()
     fs_group: int | None = None
+    fs_group_change_policy: str | None = None
     sysctls: tuple[Sysctl, ...] = ()
     seccomp_profile: SeccompProfile | None = None
 

@@ -52,6 +52,9 @@ def _quantities(pod: Pod) -> Iterator[tuple[str, object]]:
                     yield f"{where}.env[{j}].valueFrom.resourceFieldRef.divisor", ref.divisor
     for name, raw in pod.spec.overhead.items():
         yield f"spec.overhead.{name}", raw
+    for i, volume in enumerate(pod.spec.volumes):
+        if volume.empty_dir is not None and volume.empty_dir.size_limit not in (None, ""):
+            yield f"spec.volumes[{i}].emptyDir.sizeLimit", volume.empty_dir.size_limit
 
 
 def check_quantities(pod: Pod) -> None:

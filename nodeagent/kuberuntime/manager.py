@@ -28,10 +28,11 @@ from nodeagent.kuberuntime.backoff import (
 )
 from nodeagent.kuberuntime.container import build_container_config
 from nodeagent.kuberuntime.dns import PodDNSError
-from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs
+from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, make_environment
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.images import ImageFailure, ImageManager
 from nodeagent.kuberuntime.labels import POD_UID, container_hash
+from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts, to_cri
 from nodeagent.kuberuntime.podfiles import Files, PodFiles, legacy_log_symlink
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import (
@@ -163,8 +164,10 @@ class RuntimeManager:
         inputs: EnvInputs,
         host_dns: ResolvConf,
         on_event: Callable[[PodEvent], None] | None = None,
+        volumes: PodMounts | None = None,
     ) -> SyncResult:
-        """Carry out the plan; ``on_event`` gets each event as it happens."""
+        """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
+        gives each container's mounts (none set up: a container that mounts one fails)."""
         result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(pod, state)
         self._log.v(4).info(
@@ -220,6 +223,7 @@ class RuntimeManager:
                 sandbox_config=sandbox_config,
                 inputs=inputs,
                 result=result,
+                volumes=volumes or NoVolumes(),
             )
         return result
 
@@ -264,6 +268,7 @@ class RuntimeManager:
         sandbox_config: cri.PodSandboxConfig,
         inputs: EnvInputs,
         result: SyncResult,
+        volumes: PodMounts,
     ) -> None:
         def failed(message: str) -> None:
             result.event("Warning", "Failed", message, container=container.name)
@@ -305,6 +310,8 @@ class RuntimeManager:
             return
         restart_count = previous.restart_count + 1 if previous is not None else 0
         try:
+            env = dict(make_environment(pod, container, inputs))
+            mounts = await volumes.container_mounts(container, env)
             config = build_container_config(
                 pod,
                 container,
@@ -312,6 +319,7 @@ class RuntimeManager:
                 restart_count=restart_count,
                 settings=self._settings,
                 inputs=inputs,
+                mounts=[to_cri(m) for m in mounts],
                 image_user=self._images.user_of(image_ref),
             )
         except ContainerConfigError as e:

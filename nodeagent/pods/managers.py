@@ -28,6 +28,7 @@ from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
+from nodeagent.quantity import value
 from nodeagent.staticpods import (
     FileSource,
     MirrorIndex,
@@ -38,6 +39,8 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
+from nodeagent.volumemanager.content import content_source
+from nodeagent.volumemanager.manager import VolumeManager
 
 
 def _memory_bytes() -> int:
@@ -160,6 +163,19 @@ def pod_managers(
         clock=clock,
         cgroup_driver=connection.cgroup_driver,
     )
+
+    def allocatable_memory() -> int | None:
+        memory = (allocatable() or {}).get("memory")
+        try:
+            return value(memory) if memory is not None else settings.memory_capacity
+        except (ValueError, ArithmeticError):
+            return settings.memory_capacity
+
+    volumes = VolumeManager(
+        root_dir=settings.root_dir,
+        content=content_source(api=api, clock=clock, allocatable=lambda: allocatable() or {}),
+        allocatable_memory=allocatable_memory,
+    )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
     podsync = PodSync(
         runtime=runtime,
@@ -169,6 +185,7 @@ def pod_managers(
         host_dns=HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
         events=events,
+        volumes=volumes,
     )
     workers = PodWorkers(syncer=podsync)
     sync_events = SyncEvents()

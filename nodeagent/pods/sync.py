@@ -1,13 +1,17 @@
 """The kubelet's three pod sync functions, over the runtime manager and the status manager.
 
 - ``sync_pod``: read the runtime state, report the status computed from it (the kubelet
-  reports before it acts), stop when the phase is terminal, else run the runtime manager's
-  ``sync_pod``, remember why containers failed to start (the reason cache behind
-  ``CrashLoopBackOff``, ``ErrImagePull``, ...) and report the status again if anything moved;
+  reports before it acts), stop when the phase is terminal, else set up the pod's volumes (one
+  that cannot be set up: a ``FailedMount`` Event, and until every volume has been set up once
+  no container starts: the kubelet's ``WaitForAttachAndMount``), run the runtime manager's
+  ``sync_pod`` with the containers' mounts, remember why containers failed to start (the
+  reason cache behind ``CrashLoopBackOff``, ``ErrImagePull``, ...) and report the status again
+  if anything moved;
 - ``sync_terminating_pod``: kill the pod with its grace period, report the terminal status;
-- ``sync_terminated_pod``: report the final status; for a deleted pod, ask the status manager
-  to remove the API object;
-- ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes and logs.
+- ``sync_terminated_pod``: report the final status, unmount and remove the pod's volumes; for a
+  deleted pod, ask the status manager to remove the API object;
+- ``cleanup_pod``: the API object is gone: remove the pod's containers, sandboxes, logs and
+  its directory under ``<rootDir>/pods``.
 
 What the runtime manager does is recorded as it happens, as Events about the pod or one of its
 containers (``Pulling``, ``Created``, ``Failed``, ``BackOff``, ``Killing``, ...), to ``events``.
@@ -36,6 +40,8 @@ from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
+from nodeagent.volumemanager.layout import setup_failed_message
+from nodeagent.volumemanager.manager import VolumeManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,7 @@ CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=Tru
 SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SANDBOX_RETRY: Final = 10.0
 RESOLV_CONF_TTL: Final = 10.0
+FAILED_MOUNT: Final = "FailedMount"
 
 
 class EnvSource(Protocol):
@@ -152,9 +159,13 @@ class PodSync:
         host_dns: Callable[[], Any],
         host_ips: Callable[[], tuple[str, ...]],
         events: ObjectEventSink | None = None,
+        volumes: VolumeManager | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``volumes``: the volume manager; without one, a container that mounts a volume
+        fails with ``CreateContainerConfigError``."""
         self._runtime = runtime
+        self._volumes = volumes
         self._status = status
         self._clock = clock
         self._env = env
@@ -202,11 +213,26 @@ class PodSync:
         state = await self._runtime.pod_state(pod.uid)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
+        volumes = None
+        if self._volumes is not None:
+            volumes = await self._volumes.set_up(pod)
+            for name, why in volumes.failures.items():
+                message = setup_failed_message(name, why)
+                self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
+            if not volumes.ready:
+                return SyncOutcome(retry_in=volumes.retry_in)
         inputs = await self._env.inputs(pod)
         result = await self._runtime.sync_pod(
-            pod, state, inputs=inputs, host_dns=await self._host_dns(), on_event=self._on_event(pod)
+            pod,
+            state,
+            inputs=inputs,
+            host_dns=await self._host_dns(),
+            on_event=self._on_event(pod),
+            volumes=volumes,
         )
         self._record(pod, result)
+        if volumes is not None and volumes.retry_in is not None:
+            result.retry_after(volumes.retry_in)
         if result.sandbox_error is not None:
             result.retry_after(SANDBOX_RETRY)
         if result.started or result.failures or result.sandbox_error or result.events:
@@ -235,11 +261,13 @@ class PodSync:
     async def sync_terminated_pod(self, pod: Pod) -> None:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
+        await self.tear_down_volumes(pod.uid, keep_pod_dir=True)
         if pod.deleted:
             self._status.delete_pod(pod)
 
     async def cleanup_pod(self, pod: Pod) -> None:
         await self.remove_runtime_pod(pod.uid)
+        await self.tear_down_volumes(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status.forget(pod.uid)
 
@@ -264,3 +292,15 @@ class PodSync:
             state = await self._runtime.pod_state(uid)
         await self._runtime.remove_pod(state)
         self._runtime.forget(uid)
+        await self.tear_down_volumes(uid)
+
+    async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
+        """Unmount and remove the pod's volumes (its containers are gone), and its directory
+        unless ``keep_pod_dir`` (the pod is still in the API)."""
+        if self._volumes is not None:
+            await self._volumes.tear_down(uid, keep_pod_dir=keep_pod_dir)
+
+    async def clean_orphaned_pod_dirs(self, keep: Callable[[str], bool]) -> None:
+        """Tear down the directories of pods ``keep`` rejects (housekeeping)."""
+        if self._volumes is not None:
+            await self._volumes.clean_orphans(keep)

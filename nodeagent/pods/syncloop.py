@@ -9,7 +9,9 @@ them (``match``, one short arm each):
   worker, vanished ones are terminated and cleaned up;
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
 - :class:`Housekeeping` — every 2s: runtime pods no source knows (deleted while the agent was
-  down) are killed and removed, once the source and the PLEG have both synced once.
+  down) are killed and removed, once the source and the PLEG have both synced once; then the
+  pod directories (volumes) of pods neither a source, a worker nor the runtime knows are
+  unmounted and removed.
 
 ``run()`` owns one TaskGroup with the PLEG, the pod workers, the status manager, the source
 watcher, the housekeeping ticker and orphan removals. ``heartbeat`` is the loop time of the
@@ -162,6 +164,7 @@ class SyncLoop:
         # event, and a burst of n pods would otherwise decode all n pods n times over
         self._decoded: dict[str, tuple[str, Pod | None]] = {}
         self._orphans: dict[str, asyncio.Task[None]] = {}
+        self._dir_cleanup: asyncio.Task[None] | None = None
         self._leaving: dict[str, Pod] = {}  # removed static pods, until their worker is done
         self._successor_waits = False
         self._tg: asyncio.TaskGroup | None = None
@@ -330,6 +333,24 @@ class SyncLoop:
             )
             task = self._tg.create_task(self._remove_orphan(uid), name=f"pods:orphan:{uid}")
             self._orphans[uid] = task
+        if self._dir_cleanup is None or self._dir_cleanup.done():
+            self._dir_cleanup = self._tg.create_task(
+                self._clean_pod_dirs(), name="pods:orphaned-pod-dirs"
+            )
+
+    def _keeps_dir(self, uid: str) -> bool:
+        return (
+            self._workers.known(uid)
+            or uid in self._known
+            or uid in self._orphans
+            or uid in self._pleg.pods()
+        )
+
+    async def _clean_pod_dirs(self) -> None:
+        try:
+            await self._podsync.clean_orphaned_pod_dirs(self._keeps_dir)
+        except Exception as e:
+            self._log.exception("Cannot clean up orphaned pod directories", error=str(e))
 
     async def _remove_orphan(self, uid: str) -> None:
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.apiserver import NODES, PODS, WatchCache
+from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
@@ -24,6 +25,7 @@ from nodeagent.status.manager import PlainDeleter
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX, MemoryFiles
+from nodeagent.volumemanager.manager import VolumeManager
 
 NODE = "node-a"
 HOST_IP = "192.0.2.10"
@@ -85,7 +87,12 @@ def make_runtime(server: FakeApiServer) -> FakeRuntime:
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    server: FakeApiServer, runtime: FakeRuntime, files: MemoryFiles | None = None
+    server: FakeApiServer,
+    runtime: FakeRuntime,
+    files: MemoryFiles | None = None,
+    *,
+    volumes: VolumeManager | None = None,
+    events: ObjectEventSink | None = None,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -115,6 +122,8 @@ async def running_stack(
         env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
         host_dns=host_dns,
         host_ips=host_ips,
+        events=events,
+        volumes=volumes,
     )
     workers = PodWorkers(syncer=podsync)
     events = SyncEvents()
