@@ -67,14 +67,6 @@ def unsupported(pod: Pod) -> AdmitResult | None:
             "PodOSNotSupported",
             "Failed to admit pod as the OS field doesn't match node OS",
         )
-    for container in pod.spec.init_containers:
-        if container.restart_policy == "Always":
-            return AdmitResult(
-                False,
-                "SidecarContainersNotSupported",
-                f'init container "{container.name}" has restartPolicy Always (a sidecar '
-                "container); nodeagent does not run sidecar containers yet",
-            )
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),
@@ -93,13 +85,6 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                         f"{where}.{field}: container {c.name!r} has a probe; nodeagent "
                         "does not run probes yet",
                     )
-            if c.lifecycle is not None and (c.lifecycle.post_start or c.lifecycle.pre_stop):
-                return AdmitResult(
-                    False,
-                    "LifecycleHooksNotSupported",
-                    f"{where}.lifecycle: container {c.name!r} has a lifecycle hook; "
-                    "nodeagent does not run lifecycle hooks yet",
-                )
     return None
 
 

@@ -147,11 +147,12 @@ def test_admission(new: Any, admitted: list[Any], expected: AdmitResult) -> None
         assert result.message == expected.message
 
 
-def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
-    p = pod(init_containers=[container("proxy", restartPolicy="Always")])
-    result = admit_pod(p, allocatable=NODE, admitted=[])
-    assert result.reason == "SidecarContainersNotSupported"
-    assert '"proxy"' in result.message
+def test_sidecar_containers_and_lifecycle_hooks_are_admitted() -> None:
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always")],
+        containers=[container("web", lifecycle={"preStop": {"sleep": {"seconds": 1}}})],
+    )
+    assert admit_pod(p, allocatable=NODE, admitted=[]).admit
 
 
 @pytest.mark.parametrize(
@@ -159,12 +160,9 @@ def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
     [
         ("readinessProbe", {"exec": {"command": ["true"]}}, "ProbesNotSupported"),
         ("livenessProbe", {"tcpSocket": {"port": 80}}, "ProbesNotSupported"),
-        ("lifecycle", {"preStop": {"sleep": {"seconds": 1}}}, "LifecycleHooksNotSupported"),
     ],
 )
-def test_probes_and_hooks_are_refused_naming_the_field(
-    field: str, spec: dict[str, Any], reason: str
-) -> None:
+def test_probes_are_refused_naming_the_field(field: str, spec: dict[str, Any], reason: str) -> None:
     p = pod(containers=[container("web", **{field: spec})])
     result = admit_pod(p, allocatable=NODE, admitted=[])
     assert result.reason == reason
