@@ -631,7 +631,8 @@ class RuntimeManager:
         ]
         ordering = None
         if pod is not None and any(is_sidecar(c) for c in pod.spec.init_containers):
-            ordering = TerminationOrdering(pod, [c.name for c in running])
+            names = [c.name for c in running]
+            ordering = TerminationOrdering(pod, names, monotonic=self._clock.monotonic)
         pod_ips = state.sandboxes[0].ips if state.sandboxes else ()
         async with asyncio.TaskGroup() as tg:
             for record in running:
