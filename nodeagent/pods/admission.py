@@ -73,6 +73,13 @@ def unsupported(pod: Pod) -> AdmitResult | None:
     ):
         for i, c in enumerate(containers):
             where = f"spec.{key}[{i}]"
+            if c.lifecycle is not None and c.lifecycle.stop_signal:
+                return AdmitResult(
+                    False,
+                    "ContainerStopSignalsNotSupported",
+                    f"{where}.lifecycle.stopSignal: container {c.name!r} asks for stop signal "
+                    f"{c.lifecycle.stop_signal}; nodeagent does not honour stop signals yet",
+                )
             for field, probe in (
                 ("livenessProbe", c.liveness_probe),
                 ("readinessProbe", c.readiness_probe),

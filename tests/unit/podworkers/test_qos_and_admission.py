@@ -155,6 +155,14 @@ def test_sidecar_containers_and_lifecycle_hooks_are_admitted() -> None:
     assert admit_pod(p, allocatable=NODE, admitted=[]).admit
 
 
+def test_a_stop_signal_is_refused_naming_the_field() -> None:
+    p = pod(containers=[container("web", lifecycle={"stopSignal": "SIGUSR1"})])
+    result = admit_pod(p, allocatable=NODE, admitted=[])
+    assert result.reason == "ContainerStopSignalsNotSupported"
+    assert "spec.containers[0].lifecycle.stopSignal" in result.message
+    assert "SIGUSR1" in result.message
+
+
 @pytest.mark.parametrize(
     ("field", "spec", "reason"),
     [
