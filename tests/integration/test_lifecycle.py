@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.cgroups import remove_cgroup_tree
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import NODE, Node, phase, running_node, status_of, until
+from test_pods import cluster_node, remove_namespace_pods
 
 from nodeagent.apiserver import EVENTS, PODS
 from nodeagent.clock import RealClock
@@ -327,6 +331,7 @@ async def test_sidecar_is_restarted_and_the_pod_succeeds_with_its_app(node: Node
             (p := node.pod("job")) and init_status(p, "flaky").get("restartCount", 0) >= 1 and p
         ),
         within=30,
+        explain=lambda: (node.pod("job") or {}).get("status"),
     )
     assert phase(restarted) in ("Running", "Pending")
     pod = await until(
@@ -334,3 +339,90 @@ async def test_sidecar_is_restarted_and_the_pod_succeeds_with_its_app(node: Node
     )
     assert status_of(pod)["state"]["terminated"]["exitCode"] == 0
     assert "running" not in init_status(pod, "flaky")["state"]
+
+
+# --- the real control plane -------------------------------------------------------------------
+
+
+async def test_sidecar_job_and_termination_message_in_kubectl_get_pod(
+    control_plane: Any, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    """What ``kubectl get pod -o yaml`` shows on a real kube-apiserver: the sidecar in
+    ``initContainerStatuses``, the app's termination message, the pod Succeeded."""
+    suffix = secrets.token_hex(3)
+    name, namespace = f"it-hooks-{suffix}", f"it-hooks-{suffix}"
+    kubectl = control_plane.kubectl
+
+    def get(*args: str) -> Any:
+        done = kubectl("get", "-o", "json", *args, check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    kubectl("create", "namespace", namespace)
+    try:
+        async with cluster_node(control_plane, containerd, tmp_path, name):
+            await until(
+                "the node Ready",
+                lambda: any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in (get("node", name) or {}).get("status", {}).get("conditions", [])
+                ),
+                within=90,
+                every=1,
+            )
+            control_plane.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "job", "namespace": namespace},
+                    "spec": {
+                        "nodeName": name,
+                        "restartPolicy": "Never",
+                        "terminationGracePeriodSeconds": 5,
+                        "initContainers": [
+                            container(
+                                "proxy",
+                                image=BUSYBOX_IMAGE,
+                                command=["sh", "-c", POLITE],
+                                restartPolicy="Always",
+                                lifecycle={"preStop": {"exec": {"command": ["true"]}}},
+                            )
+                        ],
+                        "containers": [
+                            container(
+                                "app",
+                                image=BUSYBOX_IMAGE,
+                                command=["sh", "-c", "sleep 2; printf done > /dev/termination-log"],
+                                lifecycle={"postStart": {"exec": {"command": ["true"]}}},
+                            )
+                        ],
+                    },
+                }
+            )
+            pod = await until(
+                "Succeeded",
+                lambda: (
+                    (p := get("pod", "job", "-n", namespace))
+                    and p["status"].get("phase") == "Succeeded"
+                    and p
+                ),
+                within=60,
+                every=0.5,
+                explain=lambda: (get("pod", "job", "-n", namespace) or {}).get("status"),
+            )
+            app = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+            assert (app["exitCode"], app["message"]) == (0, "done")
+            [proxy] = pod["status"]["initContainerStatuses"]
+            assert proxy["name"] == "proxy" and "terminated" in proxy["state"]
+            kubectl("delete", "pod", "job", "-n", namespace, "--wait=false")
+            await until(
+                "the pod deleted",
+                lambda: get("pod", "job", "-n", namespace) is None,
+                within=60,
+                every=1,
+            )
+    finally:
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        kubectl("delete", "node", name, "--ignore-not-found", check=False)
+        kubectl("delete", "lease", name, "-n", "kube-node-lease", "--ignore-not-found", check=False)
+        await remove_namespace_pods(containerd.endpoint, namespace)
+        assert remove_cgroup_tree(name) == []
