@@ -105,7 +105,7 @@ async def test_pre_stop_exec_runs_before_sigterm(node: Node) -> None:
             )
         ],
     )
-    await until("Running", lambda: phase(node.pod("prestop")) == "Running", within=30)
+    await until("Running", lambda: phase(node.pod("prestop")) == "Running", within=60)
     await until("started", lambda: log_lines(node, "prestop", uid, "app"), within=10)
 
     delete(node, "prestop", 20)
@@ -136,7 +136,7 @@ async def test_sleep_pre_stop_delays_the_stop_within_the_grace_period(node: Node
             )
         ],
     )
-    await until("Running", lambda: phase(node.pod("sleeper")) == "Running", within=30)
+    await until("Running", lambda: phase(node.pod("sleeper")) == "Running", within=60)
     started = time.monotonic()
     delete(node, "sleeper", 30)
     await until("the pod deleted from the API", lambda: node.pod("sleeper") is None, within=20)
@@ -164,7 +164,7 @@ async def test_failed_post_start_kills_the_container_with_the_event_and_restarts
         app = status_of(node.pod("poststart"))
         return app if app.get("restartCount", 0) >= 1 and "waiting" in app["state"] else None
 
-    app = await until("a restart after the failed hook", restarted, within=40)
+    app = await until("a restart after the failed hook", restarted, within=60)
     assert app["state"]["waiting"]["reason"] in ("PostStartHookError", "CrashLoopBackOff")
     assert "terminated" in app["lastState"]
     seen = events(node, "poststart")
@@ -196,7 +196,7 @@ async def test_post_start_runs_and_the_hook_message_reaches_the_status(node: Nod
             == "PostStartHookError"
             and p
         ),
-        within=30,
+        within=60,
         every=0.02,
     )
     message = status_of(pod)["state"]["waiting"]["message"]
@@ -234,7 +234,7 @@ async def test_termination_message_and_fallback_to_logs_reach_the_status(node: N
     pod = await until(
         "Failed",
         lambda: phase(node.pod("messages")) == "Failed" and node.pod("messages"),
-        within=30,
+        within=60,
     )
     file = status_of(pod, "file")["state"]["terminated"]
     assert (file["exitCode"], file["message"]) == (2, "all done")
@@ -286,7 +286,7 @@ async def test_sidecars_start_in_order_and_stop_after_the_app_in_reverse_order(
             )
             and p
         ),
-        within=40,
+        within=60,
     )
     proxy = init_status(pod, "proxy")
     assert (proxy["ready"], proxy["started"], "running" in proxy["state"]) == (True, True, True)
@@ -330,12 +330,12 @@ async def test_sidecar_is_restarted_and_the_pod_succeeds_with_its_app(node: Node
         lambda: (
             (p := node.pod("job")) and init_status(p, "flaky").get("restartCount", 0) >= 1 and p
         ),
-        within=30,
+        within=60,
         explain=lambda: (node.pod("job") or {}).get("status"),
     )
     assert phase(restarted) in ("Running", "Pending")
     pod = await until(
-        "Succeeded", lambda: phase(node.pod("job")) == "Succeeded" and node.pod("job"), within=40
+        "Succeeded", lambda: phase(node.pod("job")) == "Succeeded" and node.pod("job"), within=60
     )
     assert status_of(pod)["state"]["terminated"]["exitCode"] == 0
     assert "running" not in init_status(pod, "flaky")["state"]

@@ -327,3 +327,57 @@ async def test_the_termination_message_file_is_created_and_read_back_on_exit() -
     assert messages["logs"] == "first\nlast words\n"
     await manager.remove_pod(state)
     assert not any(f.startswith("/var/lib/nodeagent/pods/u-1/") for f in files.files)
+
+
+async def test_http_hook_gets_the_path_from_the_pod_ip_whatever_the_status() -> None:
+    requests: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    hook = {
+        "httpGet": {
+            "path": "/drain",
+            "port": "admin",
+            "httpHeaders": [{"name": "X-A", "value": "1"}],
+        }
+    }
+    p = pod(
+        "web",
+        uid="u-1",
+        containers=[
+            container(
+                "app", ports=[{"name": "admin", "containerPort": port}], lifecycle={"preStop": hook}
+            )
+        ],
+    )
+    c = p.spec.containers[0]
+    runner = HookRunner(runtime=FakeRuntime())
+    assert c.lifecycle is not None and c.lifecycle.pre_stop is not None
+    try:
+        ok = await runner.run(p, c, "cid", c.lifecycle.pre_stop, pod_ips=("127.0.0.1",))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert ok is None  # the kubelet does not look at the status code
+    assert requests[0].startswith(b"GET /drain HTTP/1.1\r\n")
+    assert b"X-A: 1\r\n" in requests[0]
+    refused = await runner.run(p, c, "cid", c.lifecycle.pre_stop, pod_ips=("127.0.0.1",))
+    assert refused == (
+        f'HTTP lifecycle hook (/drain) for Container "app" in Pod "web_default(u-1)" failed - '
+        f'error: Get "http://127.0.0.1:{port}/drain": dial tcp 127.0.0.1:{port}: connect: '
+        "connection refused"
+    )
+
+
+async def test_tcp_socket_is_not_a_lifecycle_handler() -> None:
+    p = pod(containers=[container("app", lifecycle={"postStart": {"tcpSocket": {"port": 80}}})])
+    c = p.spec.containers[0]
+    assert c.lifecycle is not None and c.lifecycle.post_start is not None
+    message = await HookRunner(runtime=FakeRuntime()).run(p, c, "cid", c.lifecycle.post_start)
+    assert message is not None and message.startswith("Cannot run handler: invalid handler")
