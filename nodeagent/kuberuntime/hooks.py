@@ -4,7 +4,8 @@ them.
 - ``exec``: the command through CRI ``ExecSync`` without a timeout; a non-zero exit code fails;
 - ``httpGet``: one GET to ``host`` (the pod's first IP when empty) and the port (a number or a
   named container port); only a transport error fails (the kubelet ignores the status code),
-  HTTPS is not verified;
+  HTTPS is not verified, and an HTTPS hook answered in plain HTTP is retried over HTTP (without
+  ``Authorization``) with a ``LifecycleHTTPFallback`` warning;
 - ``sleep``: waits ``seconds`` (the caller bounds it by the grace period);
 - ``tcpSocket``: not a lifecycle handler (kept in the API for compatibility): always fails.
 
@@ -37,6 +38,7 @@ PRE_STOP_EVENT_MESSAGE: Final = "PreStopHook failed"
 POST_START_HOOK_ERROR: Final = "PostStartHookError"
 """The waiting reason of a container whose postStart hook failed (``ErrPostStartHook``)."""
 USER_AGENT: Final = "kube-lifecycle/1.35"
+LIFECYCLE_HTTP_FALLBACK: Final = "LifecycleHTTPFallback"
 HTTP_CONNECT_TIMEOUT: Final = 10.0
 
 
@@ -166,6 +168,18 @@ def http_target(action: HTTPGetAction, container: Container, pod_ip: str) -> Htt
     )
 
 
+def http_fallback_message(target: HttpTarget) -> str:
+    return (
+        f"request to HTTPS lifecycle hook {join_host_port(target.host, target.port)} got HTTP "
+        "response, retry with HTTP succeeded"
+    )
+
+
+def as_plain_http(target: HttpTarget) -> HttpTarget:
+    headers = tuple((n, v) for n, v in target.headers if n.lower() != "authorization")
+    return HttpTarget("http", target.host, target.port, target.path, headers)
+
+
 def http_request_bytes(target: HttpTarget) -> bytes:
     path = target.path if target.path.startswith("/") else "/" + target.path
     names = {name.lower() for name, _ in target.headers}
@@ -245,11 +259,13 @@ class HookRunner:
         handler: LifecycleHandler,
         *,
         pod_ips: Sequence[str] = (),
+        on_fallback: Callable[[str], None] | None = None,
     ) -> str | None:
+        """``on_fallback`` gets the warning's message when an HTTPS hook succeeded over HTTP."""
         if handler.exec is not None:
             return await self._exec(pod, container, container_id, handler.exec.command)
         if handler.http_get is not None:
-            return await self._http_get(pod, container, handler.http_get, pod_ips)
+            return await self._http_get(pod, container, handler.http_get, pod_ips, on_fallback)
         if handler.sleep is not None:
             await self._sleep(handler.sleep.seconds)
             return None
@@ -271,7 +287,12 @@ class HookRunner:
         return exec_failure_message(pod, container, command, error, stdout + stderr)
 
     async def _http_get(
-        self, pod: Pod, container: Container, action: HTTPGetAction, pod_ips: Sequence[str]
+        self,
+        pod: Pod,
+        container: Container,
+        action: HTTPGetAction,
+        pod_ips: Sequence[str],
+        on_fallback: Callable[[str], None] | None,
     ) -> str | None:
         try:
             target = http_target(action, container, pod_ips[0] if pod_ips else "")
@@ -279,6 +300,15 @@ class HookRunner:
             return http_failure_message(pod, container, action.path, str(e))
         try:
             await self._http(target)
-        except (OSError, TimeoutError, HookError, ssl.SSLError) as e:
+        except ssl.SSLError as e:
+            if target.scheme != "https":
+                return http_failure_message(pod, container, action.path, go_dial_error(target, e))
+            try:
+                await self._http(as_plain_http(target))
+            except (OSError, TimeoutError, HookError):
+                return http_failure_message(pod, container, action.path, go_dial_error(target, e))
+            if on_fallback is not None:
+                on_fallback(http_fallback_message(target))
+        except (OSError, TimeoutError, HookError) as e:
             return http_failure_message(pod, container, action.path, go_dial_error(target, e))
         return None

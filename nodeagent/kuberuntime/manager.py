@@ -33,6 +33,7 @@ from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
     FAILED_PRE_STOP_HOOK,
+    LIFECYCLE_HTTP_FALLBACK,
     POST_START_EVENT_MESSAGE,
     POST_START_HOOK_ERROR,
     PRE_STOP_EVENT_MESSAGE,
@@ -443,7 +444,14 @@ class RuntimeManager:
         post_start = container.lifecycle.post_start if container.lifecycle else None
         if post_start is None:
             return True
-        message = await self._hooks.run(pod, container, container_id, post_start, pod_ips=pod_ips)
+        message = await self._hooks.run(
+            pod,
+            container,
+            container_id,
+            post_start,
+            pod_ips=pod_ips,
+            on_fallback=lambda text: result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text),
+        )
         if message is None:
             return True
         self._log.error(
@@ -556,9 +564,17 @@ class RuntimeManager:
         if pod is not None and spec is not None and pre_stop is not None and grace > 0:
             started = self._clock.monotonic()
             try:
-                failure = await asyncio.wait_for(
-                    self._hooks.run(pod, spec, container_id, pre_stop, pod_ips=pod_ips), grace
+                hook = self._hooks.run(
+                    pod,
+                    spec,
+                    container_id,
+                    pre_stop,
+                    pod_ips=pod_ips,
+                    on_fallback=lambda text: (
+                        result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text) if result else None
+                    ),
                 )
+                failure = await asyncio.wait_for(hook, grace)
             except TimeoutError:
                 failure = None
                 self._log.v(2).info(

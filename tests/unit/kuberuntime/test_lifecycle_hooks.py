@@ -4,6 +4,7 @@ and the runtime manager running them over ``FakeRuntime`` in virtual time (``loo
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 import pytest
@@ -381,3 +382,29 @@ async def test_tcp_socket_is_not_a_lifecycle_handler() -> None:
     assert c.lifecycle is not None and c.lifecycle.post_start is not None
     message = await HookRunner(runtime=FakeRuntime()).run(p, c, "cid", c.lifecycle.post_start)
     assert message is not None and message.startswith("Cannot run handler: invalid handler")
+
+
+async def test_https_hook_answered_in_plain_http_is_retried_over_http_with_a_warning() -> None:
+    sent: list[HttpTarget] = []
+
+    async def http(target: HttpTarget) -> None:
+        sent.append(target)
+        if target.scheme == "https":
+            raise ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+
+    headers = [{"name": "Authorization", "value": "Bearer x"}, {"name": "X-A", "value": "1"}]
+    hook = {"httpGet": {"path": "/h", "port": 8443, "scheme": "HTTPS", "httpHeaders": headers}}
+    p = pod(containers=[container("app", lifecycle={"postStart": hook})])
+    c = p.spec.containers[0]
+    assert c.lifecycle is not None and c.lifecycle.post_start is not None
+    warnings: list[str] = []
+    runner = HookRunner(runtime=FakeRuntime(), http=http)
+    ok = await runner.run(
+        p, c, "cid", c.lifecycle.post_start, pod_ips=("10.1.0.5",), on_fallback=warnings.append
+    )
+    assert ok is None
+    assert [t.scheme for t in sent] == ["https", "http"]
+    assert sent[1].headers == (("X-A", "1"),)
+    assert warnings == [
+        "request to HTTPS lifecycle hook 10.1.0.5:8443 got HTTP response, retry with HTTP succeeded"
+    ]
