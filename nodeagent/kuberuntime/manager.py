@@ -652,9 +652,12 @@ class RuntimeManager:
         pod_ips = state.sandboxes[0].ips if state.sandboxes else ()
         async with asyncio.TaskGroup() as tg:
             for record in running:
+                owner = pod
+                if owner is None and record.restored is not None:
+                    owner = record.restored[0]  # its pod is gone: the preStop hook still runs
                 tg.create_task(
                     self.kill_container(
-                        pod,
+                        owner,
                         record.id,
                         record.name,
                         grace=grace,

@@ -408,3 +408,25 @@ async def test_https_hook_answered_in_plain_http_is_retried_over_http_with_a_war
     assert warnings == [
         "request to HTTPS lifecycle hook 10.1.0.5:8443 got HTTP response, retry with HTTP succeeded"
     ]
+
+
+@pytest.mark.looptime
+async def test_a_container_whose_pod_is_gone_still_runs_its_pre_stop_hook() -> None:
+    calls: list[tuple[str, ...]] = []
+    _, manager, _ = make(lambda _cid, cmd: calls.append(tuple(cmd)) or cri.ExecSyncResponse())
+    hook = {"exec": {"command": ["drain", "--now"]}}
+    p = pod(
+        "web",
+        uid="u-1",
+        containers=[container("app", lifecycle={"preStop": hook}), container("bare")],
+    )
+    await sync(manager, p)
+    state = await manager.pod_state(p.uid)
+    restored = {c.name: c.restored for c in state.containers}
+    assert restored["bare"] is None
+    assert restored["app"] is not None
+    restored_pod, restored_container = restored["app"]
+    assert (restored_pod.name, restored_pod.uid, restored_container.name) == ("web", "u-1", "app")
+    await manager.kill_pod(None, state, grace=30)
+    assert calls == [("drain", "--now")]
+    assert all(c.state.value == "exited" for c in (await manager.pod_state(p.uid)).containers)
