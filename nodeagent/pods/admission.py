@@ -46,14 +46,27 @@ def _container_requests(container: Container) -> dict[str, int]:
 
 def pod_requests(pod: Pod) -> dict[str, int]:
     """cpu (millicores), memory and ephemeral-storage (bytes) the scheduler counts for ``pod``:
-    the sum over containers, at least the largest init container, plus the overhead."""
+    the sum over containers and sidecars (which keep running), at least what each init
+    container needs beside the sidecars started before it, plus the overhead."""
     total: dict[str, int] = dict.fromkeys(CHECKED, 0)
     for container in pod.spec.containers:
         for name, amount in _container_requests(container).items():
             total[name] += amount
+    sidecars: dict[str, int] = dict.fromkeys(CHECKED, 0)
+    peak: dict[str, int] = dict.fromkeys(CHECKED, 0)
     for container in pod.spec.init_containers:
-        for name, amount in _container_requests(container).items():
-            total[name] = max(total[name], amount)
+        requests = _container_requests(container)
+        if container.restart_policy == "Always":
+            for name, amount in requests.items():
+                total[name] += amount
+                sidecars[name] += amount
+            needed = dict(sidecars)
+        else:
+            needed = {name: sidecars[name] + requests.get(name, 0) for name in CHECKED}
+        for name in CHECKED:
+            peak[name] = max(peak[name], needed[name])
+    for name in CHECKED:
+        total[name] = max(total[name], peak[name])
     for name, raw in pod.spec.overhead.items():
         if name in total:
             total[name] += _amount(name, raw)

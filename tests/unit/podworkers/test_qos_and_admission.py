@@ -178,6 +178,26 @@ def test_probes_are_refused_naming_the_field(field: str, spec: dict[str, Any], r
     assert "'web'" in result.message
 
 
+def test_pod_requests_add_the_sidecars_that_keep_running() -> None:
+    p = pod(
+        containers=[container("app", requests={"cpu": "100m"})],
+        init_containers=[
+            container("proxy", restartPolicy="Always", requests={"cpu": "200m"}),
+            container("setup", requests={"cpu": "900m"}),
+        ],
+    )
+    # running: app + proxy = 300m; while setup runs: proxy + setup = 1100m
+    assert pod_requests(p)["cpu"] == 1100
+    light = pod(
+        containers=[container("app", requests={"cpu": "100m"})],
+        init_containers=[
+            container("setup", requests={"cpu": "150m"}),
+            container("proxy", restartPolicy="Always", requests={"cpu": "200m"}),
+        ],
+    )
+    assert pod_requests(light)["cpu"] == 300
+
+
 def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None:
     p = pod(
         containers=[
