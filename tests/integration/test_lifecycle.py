@@ -144,6 +144,34 @@ async def test_sleep_pre_stop_delays_the_stop_within_the_grace_period(node: Node
     assert 3 <= elapsed < 8, elapsed
 
 
+async def test_post_start_runs_inside_the_container_after_it_starts(node: Node) -> None:
+    script = (
+        "trap 'exit 0' TERM; echo started; "
+        "while [ ! -f /tmp/hooked ]; do sleep 0.1; done; echo saw $(cat /tmp/hooked); " + LOOP
+    )
+    hook = {"exec": {"command": ["sh", "-c", "echo post-start > /tmp/hooked"]}}
+    uid = node.create(
+        "poststart-ok",
+        grace=5,
+        containers=[
+            container(
+                "app",
+                image=BUSYBOX_IMAGE,
+                command=["sh", "-c", script],
+                lifecycle={"postStart": hook},
+            )
+        ],
+    )
+    lines = await until(
+        "the hook's file seen",
+        lambda: (got := log_lines(node, "poststart-ok", uid, "app")) and len(got) == 2 and got,
+        within=60,
+    )
+    assert lines == ["started", "saw post-start"]
+    await until("Running", lambda: phase(node.pod("poststart-ok")) == "Running", within=10)
+    assert status_of(node.pod("poststart-ok"))["restartCount"] == 0
+
+
 async def test_failed_post_start_kills_the_container_with_the_event_and_restarts_it(
     node: Node,
 ) -> None:
