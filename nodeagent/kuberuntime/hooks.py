@@ -305,10 +305,11 @@ class HookRunner:
                 return http_failure_message(pod, container, action.path, go_dial_error(target, e))
             try:
                 await self._http(as_plain_http(target))
-            except (OSError, TimeoutError, HookError):
+            except (OSError, TimeoutError, HookError, ValueError):
                 return http_failure_message(pod, container, action.path, go_dial_error(target, e))
             if on_fallback is not None:
                 on_fallback(http_fallback_message(target))
-        except (OSError, TimeoutError, HookError) as e:
+        except (OSError, TimeoutError, HookError, ValueError) as e:
+            # ValueError: a host getaddrinfo cannot even encode (a UnicodeError)
             return http_failure_message(pod, container, action.path, go_dial_error(target, e))
         return None

@@ -430,3 +430,12 @@ async def test_a_container_whose_pod_is_gone_still_runs_its_pre_stop_hook() -> N
     await manager.kill_pod(None, state, grace=30)
     assert calls == [("drain", "--now")]
     assert all(c.state.value == "exited" for c in (await manager.pod_state(p.uid)).containers)
+
+
+async def test_an_http_hook_to_a_host_that_cannot_be_resolved_fails_with_a_message() -> None:
+    hook = {"httpGet": {"path": "/h", "port": 80, "host": "a" * 70 + ".invalid"}}
+    p = pod(containers=[container("app", lifecycle={"postStart": hook})])
+    c = p.spec.containers[0]
+    assert c.lifecycle is not None and c.lifecycle.post_start is not None
+    message = await HookRunner(runtime=FakeRuntime()).run(p, c, "cid", c.lifecycle.post_start)
+    assert message is not None and message.startswith("HTTP lifecycle hook (/h) for Container")
