@@ -3,13 +3,15 @@
 ``compute_pod_actions(pod, state)`` is pure. The executor (``manager.RuntimeManager.sync_pod``)
 carries the plan out in the kubelet's SyncPod order: kill the pod (when its sandbox must be
 replaced or nothing should run any more), kill unwanted containers, create the sandbox, start
-the next init container (one at a time), then start the regular containers. Crash-loop
+the next init container (one at a time) and the sidecars (init containers with
+``restartPolicy: Always``) that must run again, then start the regular containers. Crash-loop
 back-off is applied by the executor when it starts a container, as the kubelet's
 ``doBackOff`` is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,7 +43,8 @@ class PodActions:
     create_sandbox: bool = False
     sandbox_id: str = ""
     attempt: int = 0
-    next_init_container: str | None = None
+    init_containers_to_start: tuple[str, ...] = ()
+    """In spec order: the next plain init container, and sidecars to (re)start."""
     containers_to_start: tuple[str, ...] = ()
     containers_to_kill: tuple[KillContainer, ...] = ()
 
@@ -56,7 +59,7 @@ def container_succeeded(container: Container, state: PodRuntimeState) -> bool:
 
 
 def should_container_be_restarted(container: Container, pod: Pod, state: PodRuntimeState) -> bool:
-    """``kubecontainer.ShouldContainerBeRestarted``."""
+    """``kubecontainer.ShouldContainerBeRestarted``; a sidecar is always restarted."""
     if pod.deleted:
         return False
     record = state.find(container.name)
@@ -65,6 +68,8 @@ def should_container_be_restarted(container: Container, pod: Pod, state: PodRunt
     if record.state is ContainerState.RUNNING:
         return False
     if record.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+        return True
+    if is_sidecar(container):
         return True
     if pod.spec.restart_policy == "Never":
         return False
@@ -92,35 +97,143 @@ def is_init_container_failed(record: ContainerRecord) -> bool:
     return record.state is ContainerState.UNKNOWN
 
 
-def next_init_container(
-    pod: Pod, state: PodRuntimeState
-) -> tuple[ContainerRecord | None, Container | None, bool]:
-    """(last failed init container's record, next init container to run, all done)."""
+def is_sidecar(container: Container) -> bool:
+    """An init container with ``restartPolicy: Always`` (a restartable init container)."""
+    return container.restart_policy == "Always"
+
+
+def has_sidecars(pod: Pod) -> bool:
+    return any(is_sidecar(c) for c in pod.spec.init_containers)
+
+
+StartupResults = Mapping[str, bool]
+"""Container id -> the startup probe's result (absent: not known yet)."""
+
+
+@dataclass(slots=True)
+class _InitPlan:
+    to_start: list[int]
+    to_kill: list[KillContainer]
+    kill_pod: bool = False
+    initialized: bool = False
+
+
+def _sidecar_started(
+    container: Container, record: ContainerRecord, startup: StartupResults | None
+) -> bool | None:
+    """True when a running sidecar counts as started, False when its startup probe failed,
+    None while it is still starting. Without a startup probe (or before the prober reports
+    any result) running is started."""
+    if container.startup_probe is None or startup is None:
+        return True
+    return startup.get(record.id)
+
+
+def _running_sidecar(
+    plan: _InitPlan,
+    container: Container,
+    record: ContainerRecord,
+    index: int,
+    *,
+    last: bool,
+    previously: bool,
+    startup: StartupResults | None,
+) -> bool:
+    """Plan for a running sidecar; True when it completes the initialization (the last init
+    container, started)."""
+    started = _sidecar_started(container, record, startup)
+    if started is None:
+        return False
+    if started is False:
+        message = f"Init container {container.name} failed startup probe"
+        plan.to_kill.append(KillContainer(record.id, record.name, message))
+        plan.to_start.append(index)
+        return False
+    if not last and not previously:
+        plan.to_start.append(index + 1)
+    if record.hash and record.hash != container_hash(container):
+        message = f"Init container {container.name} definition changed"
+        plan.to_kill.append(KillContainer(record.id, record.name, message))
+        plan.to_start.append(index)
+    return last
+
+
+def compute_init_container_actions(
+    pod: Pod, state: PodRuntimeState, startup: StartupResults | None = None
+) -> _InitPlan:
+    """The kubelet's ``computeInitContainerActions``: init containers run one after the
+    other; a sidecar lets the next one start once it is started and is kept running (and
+    restarted whatever the pod's restartPolicy); a failed plain init container is retried,
+    or ends the pod under ``restartPolicy: Never``."""
+    plan = _InitPlan(to_start=[], to_kill=[])
     inits = pod.spec.init_containers
     if not inits:
-        return None, None, True
+        plan.initialized = True
+        return plan
+    initialized = False
     for container in pod.spec.containers:
         record = state.find(container.name)
-        if record is not None and record.state is ContainerState.RUNNING:
-            return None, None, True
-    for container in reversed(inits):
-        record = state.find(container.name)
-        if record is not None and is_init_container_failed(record):
-            return record, container, False
+        if record is not None and record.state in (ContainerState.CREATED, ContainerState.RUNNING):
+            initialized = True
+            break
+    previously = initialized
+    restart_on_failure = should_restart_on_failure(pod)
     for index in range(len(inits) - 1, -1, -1):
-        record = state.find(inits[index].name)
+        container = inits[index]
+        sidecar = is_sidecar(container)
+        record = state.find(container.name)
         if record is None:
+            if previously and sidecar:
+                plan.to_start.append(index)
             continue
-        if record.state is ContainerState.RUNNING:
-            return None, None, False
-        if record.state is ContainerState.EXITED:
-            if index == len(inits) - 1:
-                return None, None, True
-            return None, inits[index + 1], False
-    return None, inits[0], False
+        if previously and not sidecar:
+            continue
+        if record.state is ContainerState.CREATED:
+            plan.to_start.append(index)
+        elif record.state is ContainerState.RUNNING:
+            if sidecar and _running_sidecar(
+                plan,
+                container,
+                record,
+                index,
+                last=index == len(inits) - 1,
+                previously=previously,
+                startup=startup,
+            ):
+                initialized = True
+        elif record.state is ContainerState.EXITED:
+            if sidecar:
+                plan.to_start.append(index)
+            elif is_init_container_failed(record):
+                if not restart_on_failure:
+                    plan.kill_pod = True
+                    plan.to_start = []
+                    return plan
+                plan.to_start.append(index)
+            elif index == len(inits) - 1:
+                initialized = True
+            else:
+                plan.to_start.append(index + 1)
+        else:  # unknown
+            if not sidecar and not restart_on_failure:
+                plan.kill_pod = True
+                plan.to_start = []
+                return plan
+            plan.to_kill.append(KillContainer(record.id, record.name, UNKNOWN_INIT_KILL))
+            plan.to_start.append(index)
+        previously = True
+    if not previously:
+        plan.to_start.append(0)
+    plan.to_start.reverse()
+    plan.initialized = initialized
+    return plan
 
 
-def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
+def compute_pod_actions(
+    pod: Pod, state: PodRuntimeState, *, startup: StartupResults | None = None
+) -> PodActions:
+    """``startup``: the startup probes' results by container id (sidecars with a startup
+    probe let the next init container start once theirs succeeded)."""
     if pod.deleted:
         newest = state.sandboxes[0].id if state.sandboxes else ""
         return PodActions(kill_pod=True, sandbox_id=newest)
@@ -128,24 +241,21 @@ def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
     if create:
         return _new_sandbox_actions(pod, state, attempt, sandbox_id)
 
-    last_failed, next_init, done = next_init_container(pod, state)
-    if not done:
-        if next_init is None:
-            return PodActions(sandbox_id=sandbox_id, attempt=attempt)
-        if last_failed is not None and not should_restart_on_failure(pod):
-            return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
-        kills: tuple[KillContainer, ...] = ()
-        if last_failed is not None and last_failed.state is ContainerState.UNKNOWN:
-            kills = (KillContainer(last_failed.id, last_failed.name, UNKNOWN_INIT_KILL),)
+    init = compute_init_container_actions(pod, state, startup)
+    inits = pod.spec.init_containers
+    init_to_start = tuple(dict.fromkeys(inits[i].name for i in init.to_start))
+    if init.kill_pod:
+        return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+    if not init.initialized:
         return PodActions(
             sandbox_id=sandbox_id,
             attempt=attempt,
-            next_init_container=next_init.name,
-            containers_to_kill=kills,
+            init_containers_to_start=init_to_start,
+            containers_to_kill=tuple(init.to_kill),
         )
 
     to_start: list[str] = []
-    to_kill: list[KillContainer] = []
+    to_kill: list[KillContainer] = list(init.to_kill)
     keep = 0
     for container in pod.spec.containers:
         record = state.find(container.name)
@@ -161,13 +271,24 @@ def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
             to_start.append(container.name)
             continue
         keep += 1
+    if keep == 0 and not to_start:
+        # Nothing of the app runs or will: the sidecars must not keep the pod alive.
+        return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     return PodActions(
-        kill_pod=keep == 0 and not to_start,
         sandbox_id=sandbox_id,
         attempt=attempt,
+        init_containers_to_start=init_to_start,
         containers_to_start=tuple(to_start),
         containers_to_kill=tuple(to_kill),
     )
+
+
+def has_any_regular_container_created(pod: Pod, state: PodRuntimeState) -> bool:
+    for container in pod.spec.containers:
+        record = state.find(container.name)
+        if record is not None and record.state is not ContainerState.UNKNOWN:
+            return True
+    return False
 
 
 def _new_sandbox_actions(
@@ -181,7 +302,8 @@ def _new_sandbox_actions(
         for c in pod.spec.containers
         if not (pod.spec.restart_policy == "OnFailure" and container_succeeded(c, state))
     )
-    if not to_start and next_init_container(pod, state)[2]:
+    initialized = not pod.spec.init_containers or has_any_regular_container_created(pod, state)
+    if not to_start and initialized:
         return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
     if pod.spec.init_containers:
         return PodActions(
@@ -189,7 +311,7 @@ def _new_sandbox_actions(
             create_sandbox=True,
             sandbox_id=sandbox_id,
             attempt=attempt,
-            next_init_container=pod.spec.init_containers[0].name,
+            init_containers_to_start=(pod.spec.init_containers[0].name,),
         )
     return PodActions(
         kill_pod=True,

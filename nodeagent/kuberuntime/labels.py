@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
-from nodeagent.podspec import Container, Pod, termination_grace_period
+import msgspec
+
+from nodeagent.podspec import (
+    Container,
+    ContainerPort,
+    Lifecycle,
+    LifecycleHandler,
+    ObjectMeta,
+    Pod,
+    PodSpec,
+    termination_grace_period,
+)
 
 POD_NAME: Final = "io.kubernetes.pod.name"
 POD_NAMESPACE: Final = "io.kubernetes.pod.namespace"
@@ -24,6 +35,7 @@ TERMINATION_MESSAGE_POLICY: Final = "io.kubernetes.container.terminationMessageP
 CONTAINER_PORTS: Final = "io.kubernetes.container.ports"
 DELETION_GRACE_PERIOD: Final = "io.kubernetes.pod.deletionGracePeriod"
 TERMINATION_GRACE_PERIOD: Final = "io.kubernetes.pod.terminationGracePeriod"
+PRE_STOP_HANDLER: Final = "io.kubernetes.container.preStopHandler"
 
 _FNV32_OFFSET: Final = 0x811C9DC5
 _FNV32_PRIME: Final = 0x01000193
@@ -68,6 +80,11 @@ def container_annotations(pod: Pod, container: Container, restart_count: int) ->
     }
     if pod.metadata.deletion_grace_period_seconds is not None:
         annotations[DELETION_GRACE_PERIOD] = str(pod.metadata.deletion_grace_period_seconds)
+    if container.lifecycle is not None and container.lifecycle.pre_stop is not None:
+        annotations[PRE_STOP_HANDLER] = json.dumps(
+            _without_nulls(msgspec.to_builtins(container.lifecycle.pre_stop)),
+            separators=(",", ":"),
+        )
     if container.ports:
         ports = [
             {
@@ -97,3 +114,43 @@ def grace_period_of(annotations: Mapping[str, str], default: int | None) -> int 
         except (KeyError, ValueError):
             continue
     return default
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def restore_pod_spec(
+    annotations: Mapping[str, str], labels: Mapping[str, str]
+) -> tuple[Pod, Container] | None:
+    """The pod and container a running container was created from, as far as its labels and
+    annotations tell (the kubelet's ``restoreSpecsFromContainerLabels``): enough to run its
+    preStop hook when its pod is gone. None when it has no preStop hook (or an unreadable one)."""
+    raw = annotations.get(PRE_STOP_HANDLER)
+    if not raw:
+        return None
+    try:
+        handler = msgspec.json.decode(raw, type=LifecycleHandler)
+        ports = msgspec.json.decode(
+            annotations.get(CONTAINER_PORTS) or "[]", type=tuple[ContainerPort, ...]
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    container = Container(
+        name=labels.get(CONTAINER_NAME, ""),
+        ports=ports,
+        lifecycle=Lifecycle(pre_stop=handler),
+    )
+    pod = Pod(
+        metadata=ObjectMeta(
+            name=labels.get(POD_NAME, ""),
+            namespace=labels.get(POD_NAMESPACE, ""),
+            uid=labels.get(POD_UID, ""),
+        ),
+        spec=PodSpec(containers=(container,)),
+    )
+    return pod, container

@@ -19,7 +19,7 @@ from typing import Final
 
 from nodeagent.clock import Clock
 from nodeagent.kuberuntime import types as cri
-from nodeagent.kuberuntime.actions import compute_pod_actions
+from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
 from nodeagent.kuberuntime.backoff import (
     IMAGE_BACKOFF_INITIAL,
     IMAGE_BACKOFF_MAX,
@@ -30,6 +30,17 @@ from nodeagent.kuberuntime.container import build_container_config
 from nodeagent.kuberuntime.dns import PodDNSError
 from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, make_environment
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
+from nodeagent.kuberuntime.hooks import (
+    FAILED_POST_START_HOOK,
+    FAILED_PRE_STOP_HOOK,
+    LIFECYCLE_HTTP_FALLBACK,
+    POST_START_EVENT_MESSAGE,
+    POST_START_HOOK_ERROR,
+    PRE_STOP_EVENT_MESSAGE,
+    HookRunner,
+    grace_after_pre_stop,
+    stop_grace,
+)
 from nodeagent.kuberuntime.images import ImageFailure, ImageManager
 from nodeagent.kuberuntime.labels import POD_UID, container_hash
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts, to_cri
@@ -58,10 +69,27 @@ from nodeagent.kuberuntime.runtime_state import (
 )
 from nodeagent.kuberuntime.sandbox import build_sandbox_config
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
+from nodeagent.kuberuntime.termination import (
+    FILE_MODE,
+    MAX_LOG_BYTES,
+    MAX_MESSAGE_BYTES,
+    MessageFile,
+    containers_dir,
+    log_tail_message,
+    message_source,
+    new_instance_id,
+    read_error_message,
+    termination_message_file,
+    termination_message_mounts,
+    with_message,
+)
+from nodeagent.kuberuntime.termination_order import TerminationOrdering
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, format_pod, termination_grace_period
 
 MIN_GRACE_PERIOD: Final = 2  # minimumGracePeriodInSeconds
+LOG_TAIL_READ: Final = 64 * 1024
+"""How much of a container log is read for ``FallbackToLogsOnError`` (80 lines' worth)."""
 # Event messages of 1.35+ (kubernetes/kubernetes#134043 took the container name out of the
 # message: the event's fieldPath names the container).
 CREATED_MESSAGE: Final = "Container created"
@@ -86,6 +114,7 @@ class RuntimeManager:
         files: Files | None = None,
         backoff: Backoff | None = None,
         cgroup_driver: Callable[[], Awaitable[CgroupDriver]] | None = None,
+        hooks: HookRunner | None = None,
         log: Logger | None = None,
     ) -> None:
         """``cgroup_driver``: the driver the runtime uses (the connection asks it once);
@@ -95,6 +124,10 @@ class RuntimeManager:
             return clock.now().timestamp()
 
         self._runtime = runtime
+        self._clock = clock
+        self._hooks = hooks or HookRunner(runtime=runtime)
+        self._messages: dict[str, dict[str, str]] = {}
+        """Pod uid -> exited container id -> its termination message (read once)."""
         self._settings = settings
         self._cgroup_driver = cgroup_driver
         self._files: Files = files or PodFiles()
@@ -120,6 +153,7 @@ class RuntimeManager:
         """Drop a deleted pod's back-offs."""
         self._backoff.forget(uid)
         self._images.forget(uid)
+        self._messages.pop(uid, None)
 
     # --- reading ------------------------------------------------------------------------
 
@@ -145,7 +179,11 @@ class RuntimeManager:
                 status = (await self._runtime.container_status(listed_container.id)).status
             except CriNotFound:
                 continue
-            containers.append(container_record(status, listed_container.pod_sandbox_id))
+            record = container_record(status, listed_container.pod_sandbox_id)
+            if record.state is ContainerState.EXITED:
+                message = await self._termination_message(uid, status)
+                record = dataclasses.replace(record, message=with_message(record.message, message))
+            containers.append(record)
         return PodRuntimeState(
             uid=uid,
             name=name,
@@ -165,11 +203,13 @@ class RuntimeManager:
         host_dns: ResolvConf,
         on_event: Callable[[PodEvent], None] | None = None,
         volumes: PodMounts | None = None,
+        startup: StartupResults | None = None,
     ) -> SyncResult:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
-        gives each container's mounts (none set up: a container that mounts one fails)."""
+        gives each container's mounts (none set up: a container that mounts one fails);
+        ``startup``: the startup probes' results by container id."""
         result = SyncResult(on_event=on_event)
-        actions = compute_pod_actions(pod, state)
+        actions = compute_pod_actions(pod, state, startup=startup)
         self._log.v(4).info(
             "Computed pod actions",
             pod_namespace=pod.namespace,
@@ -186,10 +226,17 @@ class RuntimeManager:
                 return result
             await self._purge_init_containers(pod, state)
         else:
+            kill_ips = state.sandboxes[0].ips if state.sandboxes else ()
             for kill in actions.containers_to_kill:
-                message = kill.message or f"Stopping container {kill.name}"
-                result.event("Normal", "Killing", message, container=kill.name)
-                await self._stop_container(pod, kill.container_id, kill.name, grace)
+                await self.kill_container(
+                    pod,
+                    kill.container_id,
+                    kill.name,
+                    grace=grace,
+                    message=kill.message,
+                    result=result,
+                    pod_ips=kill_ips,
+                )
 
         settings = await self._resolved_settings()
         try:
@@ -211,10 +258,22 @@ class RuntimeManager:
         if pod.spec.host_network:
             pod_ips = pod_ips or inputs.host_ips
         inputs = dataclasses.replace(inputs, pod_ips=tuple(pod_ips))
-        start = [actions.next_init_container] if actions.next_init_container else []
-        start += list(actions.containers_to_start)
         by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
-        for name in start:
+        for name in actions.init_containers_to_start:
+            container = by_name[name]
+            started = await self._start_container(
+                pod,
+                container,
+                state=state,
+                sandbox_id=sandbox_id,
+                sandbox_config=sandbox_config,
+                inputs=inputs,
+                result=result,
+                volumes=volumes or NoVolumes(),
+            )
+            if not started and not is_sidecar(container):
+                return result  # a failed init container: nothing after it starts
+        for name in actions.containers_to_start:
             await self._start_container(
                 pod,
                 by_name[name],
@@ -258,22 +317,11 @@ class RuntimeManager:
         )
         return sandbox_id, record.ips
 
-    async def _start_container(
-        self,
-        pod: Pod,
-        container: Container,
-        *,
-        state: PodRuntimeState,
-        sandbox_id: str,
-        sandbox_config: cri.PodSandboxConfig,
-        inputs: EnvInputs,
-        result: SyncResult,
-        volumes: PodMounts,
-    ) -> None:
-        def failed(message: str) -> None:
-            result.event("Warning", "Failed", message, container=container.name)
-
-        previous = state.find(container.name)
+    def _backing_off(
+        self, pod: Pod, container: Container, previous: ContainerRecord | None, result: SyncResult
+    ) -> bool:
+        """True (with ``CrashLoopBackOff`` and the ``BackOff`` event) while the container's
+        restart back-off runs; else the next restart is counted."""
         if previous is not None and previous.state is ContainerState.EXITED:
             key = container_key(
                 namespace=pod.namespace,
@@ -298,8 +346,30 @@ class RuntimeManager:
                     container=container.name,
                 )
                 result.retry_after(wait)
-                return
+                return True
             self._backoff.next(key, finished)
+        return False
+
+    async def _start_container(
+        self,
+        pod: Pod,
+        container: Container,
+        *,
+        state: PodRuntimeState,
+        sandbox_id: str,
+        sandbox_config: cri.PodSandboxConfig,
+        inputs: EnvInputs,
+        result: SyncResult,
+        volumes: PodMounts,
+    ) -> bool:
+        """Start one container (and run its postStart hook); False when it did not start."""
+
+        def failed(message: str) -> None:
+            result.event("Warning", "Failed", message, container=container.name)
+
+        previous = state.find(container.name)
+        if self._backing_off(pod, container, previous, result):
+            return False
         try:
             image_ref = await self._images.ensure_image(pod, container, sandbox_config, result)
         except ImageFailure as e:
@@ -307,8 +377,9 @@ class RuntimeManager:
             failed(f"Error: {e.failure.reason}")
             if e.retry_in is not None:
                 result.retry_after(e.retry_in)
-            return
+            return False
         restart_count = previous.restart_count + 1 if previous is not None else 0
+        message_file = termination_message_file(self._settings, pod, container, new_instance_id())
         try:
             env = dict(make_environment(pod, container, inputs))
             mounts = await volumes.container_mounts(container, env)
@@ -319,7 +390,7 @@ class RuntimeManager:
                 restart_count=restart_count,
                 settings=self._settings,
                 inputs=inputs,
-                mounts=[to_cri(m) for m in mounts],
+                mounts=[*(to_cri(m) for m in mounts), *termination_message_mounts(message_file)],
                 image_user=self._images.user_of(image_ref),
             )
         except ContainerConfigError as e:
@@ -327,16 +398,17 @@ class RuntimeManager:
                 CREATE_CONTAINER_CONFIG_ERROR, str(e)
             )
             failed(f"Error: {e}")
-            return
+            return False
         log_dir = sandbox_config.log_directory
         try:
             await self._files.ensure_dir(f"{log_dir}/{container.name}")
+            await self._create_message_file(message_file)
             container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
         except (CriError, OSError) as e:
             text = grpc_message(e) if isinstance(e, CriError) else str(e)
             result.failures[container.name] = ContainerFailure(CREATE_CONTAINER_ERROR, text)
             failed(f"Error: {text}")
-            return
+            return False
         result.event("Normal", "Created", CREATED_MESSAGE, container=container.name)
         try:
             await self._runtime.start_container(container_id)
@@ -344,8 +416,7 @@ class RuntimeManager:
             text = grpc_message(e)
             result.failures[container.name] = ContainerFailure(RUN_CONTAINER_ERROR, text)
             failed(f"Error: {text}")
-            return
-        result.started.append(container.name)
+            return False
         result.event("Normal", "Started", STARTED_MESSAGE, container=container.name)
         self._log.v(2).info(
             "Started container",
@@ -367,6 +438,62 @@ class RuntimeManager:
             ),
         )
         await self._prune_dead(pod, state, container.name)
+        if not await self._post_start(pod, container, container_id, inputs.pod_ips, result):
+            return False
+        result.started.append(container.name)
+        return True
+
+    async def _create_message_file(self, message_file: MessageFile | None) -> None:
+        """The empty, world-writable file the container's termination message goes to."""
+        if message_file is not None:
+            await self._files.create_file(message_file.host_path, FILE_MODE)
+
+    async def _post_start(
+        self,
+        pod: Pod,
+        container: Container,
+        container_id: str,
+        pod_ips: Sequence[str],
+        result: SyncResult,
+    ) -> bool:
+        """Run the postStart hook; when it fails, the ``FailedPostStartHook`` event, the
+        container killed and ``PostStartHookError`` with the hook's message. False then."""
+        post_start = container.lifecycle.post_start if container.lifecycle else None
+        if post_start is None:
+            return True
+        message = await self._hooks.run(
+            pod,
+            container,
+            container_id,
+            post_start,
+            pod_ips=pod_ips,
+            on_fallback=lambda text: result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text),
+        )
+        if message is None:
+            return True
+        self._log.error(
+            "Failed to execute PostStartHook",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            container_name=container.name,
+            container_id=container_id,
+            error=message,
+        )
+        result.event(
+            "Warning", FAILED_POST_START_HOOK, POST_START_EVENT_MESSAGE, container=container.name
+        )
+        await self.kill_container(
+            pod,
+            container_id,
+            container.name,
+            grace=termination_grace_period(pod),
+            message=FAILED_POST_START_HOOK,
+            result=result,
+            pod_ips=pod_ips,
+        )
+        result.failures[container.name] = ContainerFailure(POST_START_HOOK_ERROR, message)
+        return False
 
     async def _prune_dead(self, pod: Pod, state: PodRuntimeState, name: str) -> None:
         """Keep one dead instance of a container (its ``lastState``), as container GC does
@@ -402,6 +529,102 @@ class RuntimeManager:
 
     # --- killing ------------------------------------------------------------------------
 
+    async def _termination_message(self, uid: str, status: cri.ContainerStatus) -> str:
+        """What an exited container wrote to its termination message file (or its log's
+        tail under ``FallbackToLogsOnError``); read once per container."""
+        cache = self._messages.setdefault(uid, {})
+        if status.id in cache:
+            return cache[status.id]
+        source = message_source(status)
+        message = ""
+        fallback = source.fallback_to_logs
+        if source.host_path is not None:
+            try:
+                data = await self._files.read_tail(source.host_path, MAX_MESSAGE_BYTES)
+            except OSError as e:
+                data, fallback = None, False
+                message = read_error_message(source.host_path, str(e))
+            if data:
+                message, fallback = data.decode(errors="replace"), False
+        if fallback and source.log_path:
+            try:
+                log = await self._files.read_tail(source.log_path, LOG_TAIL_READ)
+            except OSError:
+                log = None
+            message = log_tail_message(log or b"")[-MAX_LOG_BYTES:]
+        cache[status.id] = message
+        return message
+
+    async def kill_container(
+        self,
+        pod: Pod | None,
+        container_id: str,
+        name: str,
+        *,
+        grace: int,
+        message: str = "",
+        override: int | None = None,
+        result: SyncResult | None = None,
+        pod_ips: Sequence[str] = (),
+        ordering: TerminationOrdering | None = None,
+    ) -> None:
+        """The one place a container is stopped, as the kubelet's ``killContainer``: the
+        ``Killing`` event, the preStop hook within ``grace`` (the time it takes is deducted),
+        the wait for the containers that must stop first (sidecars), then StopContainer with
+        what is left (at least 2 s, unless ``override``)."""
+        spec = _container_spec(pod, name) if pod is not None else None
+        if result is not None:
+            result.event(
+                "Normal", "Killing", message or f"Stopping container {name}", container=name
+            )
+        pre_stop = spec.lifecycle.pre_stop if spec is not None and spec.lifecycle else None
+        if pod is not None and spec is not None and pre_stop is not None and grace > 0:
+            started = self._clock.monotonic()
+            try:
+                hook = self._hooks.run(
+                    pod,
+                    spec,
+                    container_id,
+                    pre_stop,
+                    pod_ips=pod_ips,
+                    on_fallback=lambda text: (
+                        result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text) if result else None
+                    ),
+                )
+                failure = await asyncio.wait_for(hook, grace)
+            except TimeoutError:
+                failure = None
+                self._log.v(2).info(
+                    "PreStop hook not completed in grace period",
+                    pod_namespace=pod.namespace,
+                    pod_name=pod.name,
+                    container_name=name,
+                    grace_period=grace,
+                )
+            if failure is not None:
+                self._log.error(
+                    "PreStop hook failed",
+                    pod_namespace=pod.namespace,
+                    pod_name=pod.name,
+                    pod_uid=pod.uid,
+                    container_name=name,
+                    container_id=container_id,
+                    error=failure,
+                )
+                if result is not None:
+                    result.event(
+                        "Warning", FAILED_PRE_STOP_HOOK, PRE_STOP_EVENT_MESSAGE, container=name
+                    )
+            grace = grace_after_pre_stop(grace, self._clock.monotonic() - started)
+        if ordering is not None and grace > 0:
+            grace -= int(await ordering.wait_for_turn(name, grace))
+        seconds = stop_grace(grace, override=override)
+        try:
+            await self._stop_container(pod, container_id, name, seconds)
+        finally:
+            if ordering is not None:
+                ordering.terminated(name)
+
     async def _stop_container(
         self, pod: Pod | None, container_id: str, name: str, grace: int
     ) -> None:
@@ -431,21 +654,36 @@ class RuntimeManager:
         override: bool = False,
         result: SyncResult | None = None,
     ) -> None:
-        """Stop every running container with ``grace`` seconds (at least 2 unless
-        ``override``), in parallel, then every ready sandbox."""
-        seconds = grace if override else max(grace, MIN_GRACE_PERIOD)
+        """Stop every running container within ``grace`` seconds (at least 2 unless
+        ``override``), in parallel: app containers first, then sidecars in reverse order,
+        all sharing the grace period; then every ready sandbox."""
         running = [
             c
             for c in state.containers
             if c.state in (ContainerState.RUNNING, ContainerState.UNKNOWN)
         ]
-        if result is not None:
-            for record in running:
-                message = f"Stopping container {record.name}"
-                result.event("Normal", "Killing", message, container=record.name)
+        ordering = None
+        if pod is not None and any(is_sidecar(c) for c in pod.spec.init_containers):
+            names = [c.name for c in running]
+            ordering = TerminationOrdering(pod, names, monotonic=self._clock.monotonic)
+        pod_ips = state.sandboxes[0].ips if state.sandboxes else ()
         async with asyncio.TaskGroup() as tg:
             for record in running:
-                tg.create_task(self._stop_container(pod, record.id, record.name, seconds))
+                owner = pod
+                if owner is None and record.restored is not None:
+                    owner = record.restored[0]  # its pod is gone: the preStop hook still runs
+                tg.create_task(
+                    self.kill_container(
+                        owner,
+                        record.id,
+                        record.name,
+                        grace=grace,
+                        override=grace if override else None,
+                        result=result,
+                        pod_ips=pod_ips,
+                        ordering=ordering,
+                    )
+                )
         for sandbox in state.sandboxes:
             if sandbox.ready:
                 try:
@@ -469,3 +707,10 @@ class RuntimeManager:
             )
             await self._files.remove_tree(log_dir)
             await self._files.remove_links_to(self._settings.container_logs_dir, log_dir + "/")
+        await self._files.remove_tree(containers_dir(self._settings, state.uid))
+
+
+def _container_spec(pod: Pod, name: str) -> Container | None:
+    return next(
+        (c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == name), None
+    )

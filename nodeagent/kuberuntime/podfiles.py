@@ -1,5 +1,6 @@
-"""The files the kubelet keeps for a pod's containers: log directories and the
-``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` symlinks.
+"""The files the kubelet keeps for a pod's containers: log directories, the
+``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` symlinks and the termination
+message files (created empty, read back when the container has exited).
 
 Blocking filesystem calls run in ``asyncio.to_thread``; failures are logged, never raised: a
 missing symlink must not stop a container from starting.
@@ -27,6 +28,14 @@ class Files(Protocol):
     async def remove_tree(self, path: str) -> None: ...
 
     async def remove_links_to(self, directory: str, target_prefix: str) -> None: ...
+
+    async def create_file(self, path: str, mode: int) -> None:
+        """An empty file with exactly ``mode`` (whatever the umask), its directory created."""
+        ...
+
+    async def read_tail(self, path: str, limit: int) -> bytes | None:
+        """The last ``limit`` bytes of a file; None when it does not exist."""
+        ...
 
 
 def legacy_log_symlink(
@@ -77,3 +86,26 @@ class PodFiles:
                         entry.unlink()
 
         await asyncio.to_thread(do)
+
+    async def create_file(self, path: str, mode: int) -> None:
+        def do() -> None:
+            os.makedirs(os.path.dirname(path), 0o750, exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, mode)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+
+        await asyncio.to_thread(do)
+
+    async def read_tail(self, path: str, limit: int) -> bytes | None:
+        def do() -> bytes | None:
+            try:
+                with open(path, "rb") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    f.seek(max(0, size - limit))
+                    return f.read(limit)
+            except FileNotFoundError:
+                return None
+
+        return await asyncio.to_thread(do)

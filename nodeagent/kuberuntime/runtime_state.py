@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
+from nodeagent.podspec import Container, Pod
 
 NODE_NETWORK = 2  # NamespaceMode.NODE
 
@@ -51,6 +52,9 @@ class ContainerRecord:
     sandbox_id: str = ""
     grace_period: int | None = None
     """The pod's grace period recorded on the container (killing it without its pod)."""
+    restored: tuple[Pod, Container] | None = field(default=None, compare=False, repr=False)
+    """The pod and container restored from the annotations, when it has a preStop hook to
+    run when it is killed without its pod."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,7 @@ def container_record(status: cri.ContainerStatus, sandbox_id: str = "") -> Conta
         image_id=status.image_id,
         sandbox_id=sandbox_id,
         grace_period=labels.grace_period_of(status.annotations, None),
+        restored=labels.restore_pod_spec(status.annotations, status.labels),
     )
 
 

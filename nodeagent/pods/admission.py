@@ -46,14 +46,27 @@ def _container_requests(container: Container) -> dict[str, int]:
 
 def pod_requests(pod: Pod) -> dict[str, int]:
     """cpu (millicores), memory and ephemeral-storage (bytes) the scheduler counts for ``pod``:
-    the sum over containers, at least the largest init container, plus the overhead."""
+    the sum over containers and sidecars (which keep running), at least what each init
+    container needs beside the sidecars started before it, plus the overhead."""
     total: dict[str, int] = dict.fromkeys(CHECKED, 0)
     for container in pod.spec.containers:
         for name, amount in _container_requests(container).items():
             total[name] += amount
+    sidecars: dict[str, int] = dict.fromkeys(CHECKED, 0)
+    peak: dict[str, int] = dict.fromkeys(CHECKED, 0)
     for container in pod.spec.init_containers:
-        for name, amount in _container_requests(container).items():
-            total[name] = max(total[name], amount)
+        requests = _container_requests(container)
+        if container.restart_policy == "Always":
+            for name, amount in requests.items():
+                total[name] += amount
+                sidecars[name] += amount
+            needed = dict(sidecars)
+        else:
+            needed = {name: sidecars[name] + requests.get(name, 0) for name in CHECKED}
+        for name in CHECKED:
+            peak[name] = max(peak[name], needed[name])
+    for name in CHECKED:
+        total[name] = max(total[name], peak[name])
     for name, raw in pod.spec.overhead.items():
         if name in total:
             total[name] += _amount(name, raw)
@@ -67,20 +80,19 @@ def unsupported(pod: Pod) -> AdmitResult | None:
             "PodOSNotSupported",
             "Failed to admit pod as the OS field doesn't match node OS",
         )
-    for container in pod.spec.init_containers:
-        if container.restart_policy == "Always":
-            return AdmitResult(
-                False,
-                "SidecarContainersNotSupported",
-                f'init container "{container.name}" has restartPolicy Always (a sidecar '
-                "container); nodeagent does not run sidecar containers yet",
-            )
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),
     ):
         for i, c in enumerate(containers):
             where = f"spec.{key}[{i}]"
+            if c.lifecycle is not None and c.lifecycle.stop_signal:
+                return AdmitResult(
+                    False,
+                    "ContainerStopSignalsNotSupported",
+                    f"{where}.lifecycle.stopSignal: container {c.name!r} asks for stop signal "
+                    f"{c.lifecycle.stop_signal}; nodeagent does not honour stop signals yet",
+                )
             for field, probe in (
                 ("livenessProbe", c.liveness_probe),
                 ("readinessProbe", c.readiness_probe),
@@ -93,13 +105,6 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                         f"{where}.{field}: container {c.name!r} has a probe; nodeagent "
                         "does not run probes yet",
                     )
-            if c.lifecycle is not None and (c.lifecycle.post_start or c.lifecycle.pre_stop):
-                return AdmitResult(
-                    False,
-                    "LifecycleHooksNotSupported",
-                    f"{where}.lifecycle: container {c.name!r} has a lifecycle hook; "
-                    "nodeagent does not run lifecycle hooks yet",
-                )
     return None
 
 

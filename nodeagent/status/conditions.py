@@ -48,10 +48,35 @@ def any_regular_container_started(pod: Pod, statuses: Sequence[Status]) -> bool:
     return False
 
 
+def _count_sidecars(pod: Pod, statuses: Sequence[Status]) -> tuple[int, int, int, int]:
+    """(running, waiting, unknown, not yet started) sidecars, as ``getPhase`` counts them: a
+    sidecar that has terminated (and waits to restart) does not count."""
+    running = waiting = unknown = pending = 0
+    for container in pod.spec.init_containers:
+        if container.restart_policy != "Always":
+            continue
+        status = _find(statuses, container.name)
+        if status is None:
+            unknown += 1
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if "running" in state:
+            pending += not status.get("started")
+            running += 1
+        elif "waiting" in state and "terminated" not in last:
+            pending += 1
+            waiting += 1
+        elif "terminated" not in state and "waiting" not in state:
+            unknown += 1
+    return running, waiting, unknown, pending
+
+
 def pod_phase(pod: Pod, statuses: Sequence[Status], *, terminal: bool) -> str:
     """``statuses`` holds init and regular container statuses."""
     pending_init = failed_init = 0
     for container in pod.spec.init_containers:
+        if container.restart_policy == "Always":
+            continue  # sidecars: counted below
         status = _find(statuses, container.name)
         if status is None:
             pending_init += 1
@@ -66,7 +91,8 @@ def pod_phase(pod: Pod, statuses: Sequence[Status], *, terminal: bool) -> str:
         else:
             pending_init += 1
 
-    unknown = running = waiting = stopped = succeeded = 0
+    stopped = succeeded = 0
+    running, waiting, unknown, pending_sidecars = _count_sidecars(pod, statuses)
     for container in pod.spec.containers:
         status = _find(statuses, container.name)
         if status is None:
@@ -88,7 +114,8 @@ def pod_phase(pod: Pod, statuses: Sequence[Status], *, terminal: bool) -> str:
 
     if failed_init > 0 and pod.spec.restart_policy == "Never":
         return FAILED
-    if (pending_init > 0 and not any_regular_container_started(pod, statuses)) or waiting > 0:
+    started = any_regular_container_started(pod, statuses)
+    if ((pending_init > 0 or pending_sidecars > 0) and not started) or waiting > 0:
         return PENDING
     if running > 0 and unknown == 0:
         return RUNNING
@@ -121,6 +148,10 @@ def initialized(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
         if status is None:
             unknown.append(container.name)
             continue
+        if container.restart_policy == "Always":
+            if not status.get("started"):
+                incomplete.append(container.name)
+            continue
         terminated = (status.get("state") or {}).get("terminated")
         if terminated is None or terminated.get("exitCode", 0) != 0:
             incomplete.append(container.name)
@@ -140,7 +171,8 @@ def initialized(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
 
 def containers_ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
     unknown, unready = [], []
-    for container in pod.spec.containers:
+    sidecars = [c for c in pod.spec.init_containers if c.restart_policy == "Always"]
+    for container in (*sidecars, *pod.spec.containers):
         status = _find(statuses, container.name)
         if status is None:
             unknown.append(container.name)

@@ -64,8 +64,15 @@ def _state(record: ContainerRecord, container_id: str, old: Status | None) -> St
 
 
 def _convert(
-    record: ContainerRecord, *, runtime_name: str, old: Status | None, init: bool
+    record: ContainerRecord,
+    *,
+    runtime_name: str,
+    old: Status | None,
+    init: bool,
+    sidecar: bool = False,
 ) -> Status:
+    """``sidecar``: an init container with ``restartPolicy: Always``, ready and started while
+    it runs (until its probes say otherwise), like a regular container."""
     container_id = f"{runtime_name}://{record.id}"
     state = _state(record, container_id, old)
     running = "running" in state
@@ -74,7 +81,7 @@ def _convert(
         "name": record.name,
         "state": state,
         "lastState": {},
-        "ready": succeeded if init else running,
+        "ready": succeeded if init and not sidecar else running,
         "restartCount": record.restart_count,
         "image": record.image,
         "imageID": record.image_ref,
@@ -185,12 +192,19 @@ def container_statuses(
     statuses = _defaults(containers, old_by_name, default_reason)
     _infer_lost(pod, runtime, statuses, old_by_name, default_reason)
     seen: dict[str, int] = {}
+    sidecars = {c.name for c in containers if init and c.restart_policy == "Always"}
     for record in runtime.containers:  # newest first: the state, then the last state
         count = seen.get(record.name, 0)
         if record.name not in statuses or count >= 2:
             continue
         old = old_by_name.get(record.name)
-        converted = _convert(record, runtime_name=runtime_name, old=old, init=init)
+        converted = _convert(
+            record,
+            runtime_name=runtime_name,
+            old=old,
+            init=init,
+            sidecar=record.name in sidecars,
+        )
         if converted["image"].startswith("sha256:") or not converted["image"]:
             converted["image"] = statuses[record.name]["image"]  # the spec's, not an id
         if count == 0:

@@ -101,6 +101,8 @@ class MemoryFiles:
     def __init__(self) -> None:
         self.dirs: set[str] = set()
         self.links: dict[str, str] = {}
+        self.files: dict[str, bytes] = {}
+        self.modes: dict[str, int] = {}
 
     async def ensure_dir(self, path: str) -> None:
         self.dirs.add(path)
@@ -113,6 +115,15 @@ class MemoryFiles:
 
     async def remove_tree(self, path: str) -> None:
         self.dirs = {d for d in self.dirs if d != path and not d.startswith(path + "/")}
+        self.files = {f: b for f, b in self.files.items() if not f.startswith(path + "/")}
+
+    async def create_file(self, path: str, mode: int) -> None:
+        self.files[path] = b""
+        self.modes[path] = mode
+
+    async def read_tail(self, path: str, limit: int) -> bytes | None:
+        data = self.files.get(path)
+        return None if data is None else data[-limit:]
 
     async def remove_links_to(self, directory: str, target_prefix: str) -> None:
         self.links = {

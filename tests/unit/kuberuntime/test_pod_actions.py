@@ -165,7 +165,7 @@ CASES = [
     pytest.param(
         with_init(),
         runtime(),
-        PodActions(kill_pod=True, create_sandbox=True, next_init_container="i1"),
+        PodActions(kill_pod=True, create_sandbox=True, init_containers_to_start=("i1",)),
         id="init containers: the first one runs first in a new sandbox",
     ),
     pytest.param(
@@ -177,7 +177,7 @@ CASES = [
     pytest.param(
         with_init(),
         runtime(sb(), containers=(ctr("i1", EXITED, 0),)),
-        PodActions(sandbox_id="sb0", next_init_container="i2"),
+        PodActions(sandbox_id="sb0", init_containers_to_start=("i2",)),
         id="first init container done: run the second",
     ),
     pytest.param(
@@ -189,7 +189,7 @@ CASES = [
     pytest.param(
         with_init("Always"),
         runtime(sb(), containers=(ctr("i1", EXITED, 1),)),
-        PodActions(sandbox_id="sb0", next_init_container="i1"),
+        PodActions(sandbox_id="sb0", init_containers_to_start=("i1",)),
         id="failed init container is retried under Always",
     ),
     pytest.param(
@@ -215,7 +215,7 @@ def _normalise(actions: PodActions) -> PodActions:
         create_sandbox=actions.create_sandbox,
         sandbox_id=actions.sandbox_id,
         attempt=actions.attempt,
-        next_init_container=actions.next_init_container,
+        init_containers_to_start=actions.init_containers_to_start,
         containers_to_start=actions.containers_to_start,
         containers_to_kill=kills,  # type: ignore[arg-type]  # dict from the test's table
     )
@@ -271,7 +271,7 @@ def test_a_container_in_unknown_state_is_killed_with_the_kubelets_message() -> N
 def test_an_init_container_in_unknown_state_is_killed_with_the_kubelets_message() -> None:
     lost = ctr("i1", UNKNOWN)
     actions = compute_pod_actions(with_init(), runtime(sb(), containers=(lost,)))
-    assert actions.next_init_container == "i1"
+    assert actions.init_containers_to_start == ("i1",)
     assert actions.containers_to_kill == (
         KillContainer(
             lost.id, "i1", 'Init container is in "unknown" state, try killing it before restart'

@@ -147,11 +147,20 @@ def test_admission(new: Any, admitted: list[Any], expected: AdmitResult) -> None
         assert result.message == expected.message
 
 
-def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
-    p = pod(init_containers=[container("proxy", restartPolicy="Always")])
+def test_sidecar_containers_and_lifecycle_hooks_are_admitted() -> None:
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always")],
+        containers=[container("web", lifecycle={"preStop": {"sleep": {"seconds": 1}}})],
+    )
+    assert admit_pod(p, allocatable=NODE, admitted=[]).admit
+
+
+def test_a_stop_signal_is_refused_naming_the_field() -> None:
+    p = pod(containers=[container("web", lifecycle={"stopSignal": "SIGUSR1"})])
     result = admit_pod(p, allocatable=NODE, admitted=[])
-    assert result.reason == "SidecarContainersNotSupported"
-    assert '"proxy"' in result.message
+    assert result.reason == "ContainerStopSignalsNotSupported"
+    assert "spec.containers[0].lifecycle.stopSignal" in result.message
+    assert "SIGUSR1" in result.message
 
 
 @pytest.mark.parametrize(
@@ -159,17 +168,34 @@ def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
     [
         ("readinessProbe", {"exec": {"command": ["true"]}}, "ProbesNotSupported"),
         ("livenessProbe", {"tcpSocket": {"port": 80}}, "ProbesNotSupported"),
-        ("lifecycle", {"preStop": {"sleep": {"seconds": 1}}}, "LifecycleHooksNotSupported"),
     ],
 )
-def test_probes_and_hooks_are_refused_naming_the_field(
-    field: str, spec: dict[str, Any], reason: str
-) -> None:
+def test_probes_are_refused_naming_the_field(field: str, spec: dict[str, Any], reason: str) -> None:
     p = pod(containers=[container("web", **{field: spec})])
     result = admit_pod(p, allocatable=NODE, admitted=[])
     assert result.reason == reason
     assert f"spec.containers[0].{field}" in result.message
     assert "'web'" in result.message
+
+
+def test_pod_requests_add_the_sidecars_that_keep_running() -> None:
+    p = pod(
+        containers=[container("app", requests={"cpu": "100m"})],
+        init_containers=[
+            container("proxy", restartPolicy="Always", requests={"cpu": "200m"}),
+            container("setup", requests={"cpu": "900m"}),
+        ],
+    )
+    # running: app + proxy = 300m; while setup runs: proxy + setup = 1100m
+    assert pod_requests(p)["cpu"] == 1100
+    light = pod(
+        containers=[container("app", requests={"cpu": "100m"})],
+        init_containers=[
+            container("setup", requests={"cpu": "150m"}),
+            container("proxy", restartPolicy="Always", requests={"cpu": "200m"}),
+        ],
+    )
+    assert pod_requests(light)["cpu"] == 300
 
 
 def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None:
