@@ -10,6 +10,7 @@ back-off is applied by the executor when it starts a container, as the kubelet's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,6 +34,7 @@ class KillContainer:
     container_id: str
     name: str
     message: str
+    grace: int | None = None  # probe-level terminationGracePeriodSeconds, else the pod's
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,23 @@ def next_init_container(
     return None, inits[0], False
 
 
-def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
+def _probe_kill(
+    pod: Pod, container: Container, record: ContainerRecord, failed: str
+) -> KillContainer:
+    """A running container whose liveness or startup probe failed: killed (the grace of the
+    probe's ``terminationGracePeriodSeconds`` when set), restarted unless restartPolicy Never."""
+    probe = container.liveness_probe if failed == "liveness" else container.startup_probe
+    message = f"Container {container.name} failed {failed} probe"
+    if should_restart_on_failure(pod):
+        message += ", will be restarted"
+    grace = probe.termination_grace_period_seconds if probe is not None else None
+    return KillContainer(record.id, record.name, message, grace)
+
+
+def compute_pod_actions(
+    pod: Pod, state: PodRuntimeState, failed_probes: Mapping[str, str] | None = None
+) -> PodActions:
+    """``failed_probes``: container ID -> ``liveness``/``startup`` from the prober."""
     if pod.deleted:
         newest = state.sandboxes[0].id if state.sandboxes else ""
         return PodActions(kill_pod=True, sandbox_id=newest)
@@ -159,6 +177,12 @@ def compute_pod_actions(pod: Pod, state: PodRuntimeState) -> PodActions:
             message = f"Container {container.name} definition changed, will be restarted"
             to_kill.append(KillContainer(record.id, record.name, message))
             to_start.append(container.name)
+            continue
+        failed = (failed_probes or {}).get(record.id)
+        if failed is not None:
+            to_kill.append(_probe_kill(pod, container, record, failed))
+            if should_restart_on_failure(pod):
+                to_start.append(container.name)
             continue
         keep += 1
     return PodActions(

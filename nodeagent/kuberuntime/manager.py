@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
@@ -163,10 +163,12 @@ class RuntimeManager:
         inputs: EnvInputs,
         host_dns: ResolvConf,
         on_event: Callable[[PodEvent], None] | None = None,
+        failed_probes: Mapping[str, str] | None = None,
     ) -> SyncResult:
-        """Carry out the plan; ``on_event`` gets each event as it happens."""
+        """Carry out the plan; ``on_event`` gets each event as it happens; ``failed_probes``
+        (container ID -> ``liveness``/``startup``) names the containers the prober condemned."""
         result = SyncResult(on_event=on_event)
-        actions = compute_pod_actions(pod, state)
+        actions = compute_pod_actions(pod, state, failed_probes)
         self._log.v(4).info(
             "Computed pod actions",
             pod_namespace=pod.namespace,
@@ -186,7 +188,8 @@ class RuntimeManager:
             for kill in actions.containers_to_kill:
                 message = kill.message or f"Stopping container {kill.name}"
                 result.event("Normal", "Killing", message, container=kill.name)
-                await self._stop_container(pod, kill.container_id, kill.name, grace)
+                kill_grace = grace if kill.grace is None or pod.deleted else kill.grace
+                await self._stop_container(pod, kill.container_id, kill.name, kill_grace)
 
         settings = await self._resolved_settings()
         try:

@@ -34,6 +34,7 @@ from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
+from nodeagent.prober import NoProbes, PodProbes
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
 
@@ -152,9 +153,11 @@ class PodSync:
         host_dns: Callable[[], Any],
         host_ips: Callable[[], tuple[str, ...]],
         events: ObjectEventSink | None = None,
+        probes: PodProbes | None = None,
         log: Logger | None = None,
     ) -> None:
         self._runtime = runtime
+        self._probes: PodProbes = probes or NoProbes()
         self._status = status
         self._clock = clock
         self._env = env
@@ -175,6 +178,7 @@ class PodSync:
             host_ips=self._host_ips(),
             now=rfc3339(self._clock),
             terminal=terminal,
+            probes=self._probes,
         )
         self._status.set_status(pod, status)
         return status
@@ -199,12 +203,18 @@ class PodSync:
         return post
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
+        self._probes.add_pod(pod)
         state = await self._runtime.pod_state(pod.uid)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         inputs = await self._env.inputs(pod)
         result = await self._runtime.sync_pod(
-            pod, state, inputs=inputs, host_dns=await self._host_dns(), on_event=self._on_event(pod)
+            pod,
+            state,
+            inputs=inputs,
+            host_dns=await self._host_dns(),
+            on_event=self._on_event(pod),
+            failed_probes=self._probes.failed_probes(pod.uid),
         )
         self._record(pod, result)
         if result.sandbox_error is not None:
@@ -216,6 +226,7 @@ class PodSync:
         return SyncOutcome(retry_in=result.retry_in)
 
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
+        self._probes.stop_liveness_and_startup(pod)
         state = await self._runtime.pod_state(pod.uid)
         running = [c.name for c in state.containers if c.state is ContainerState.RUNNING]
         if running:
@@ -235,11 +246,13 @@ class PodSync:
     async def sync_terminated_pod(self, pod: Pod) -> None:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
+        self._probes.remove_pod(pod.uid)
         if pod.deleted:
             self._status.delete_pod(pod)
 
     async def cleanup_pod(self, pod: Pod) -> None:
         await self.remove_runtime_pod(pod.uid)
+        self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status.forget(pod.uid)
 

@@ -157,8 +157,6 @@ def test_sidecar_containers_are_refused_with_a_clear_reason() -> None:
 @pytest.mark.parametrize(
     ("field", "spec", "reason"),
     [
-        ("readinessProbe", {"exec": {"command": ["true"]}}, "ProbesNotSupported"),
-        ("livenessProbe", {"tcpSocket": {"port": 80}}, "ProbesNotSupported"),
         ("lifecycle", {"preStop": {"sleep": {"seconds": 1}}}, "LifecycleHooksNotSupported"),
     ],
 )
