@@ -82,7 +82,9 @@ class Response:
 
 
 class _HttpError(Exception):
-    pass
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 def probe_url(scheme: str, host: str, port: int, path: str) -> str:
@@ -181,7 +183,7 @@ async def _get_once(opener: Opener, url: str, headers: Sequence[tuple[str, str]]
 async def http_get(opener: Opener, url: str, headers: Sequence[tuple[str, str]]) -> Response:
     """GET ``url``, following same-host redirects; raises ``_HttpError`` with Go's text."""
     first_host = urllib.parse.urlsplit(url).hostname
-    for _ in range(MAX_REDIRECTS + 1):
+    for _ in range(MAX_REDIRECTS):
         response = await _get_once(opener, url, headers)
         location = response.headers.get("location")
         if response.status not in (301, 302, 303, 307, 308) or not location:
@@ -190,7 +192,7 @@ async def http_get(opener: Opener, url: str, headers: Sequence[tuple[str, str]])
         if urllib.parse.urlsplit(target).hostname != first_host:
             return response  # http.ErrUseLastResponse
         url = target
-    raise _HttpError("stopped after 10 redirects")
+    raise _HttpError("stopped after 10 redirects", url)
 
 
 async def http_probe(
@@ -205,7 +207,7 @@ async def http_probe(
     except TimeoutError:
         return failure(f'Get "{url}": {TIMEOUT_TEXT}')
     except _HttpError as e:
-        return failure(f'Get "{url}": {e}')
+        return failure(f'Get "{e.url or url}": {e}')
     body = capped(response.body)
     if 200 <= response.status < 400:
         if response.status >= 300:

@@ -255,11 +255,13 @@ class ProberManager:
             if self._started_at is not None and loop.time() - self._started_at < period:
                 await asyncio.sleep(self._rng.random() * period)
             next_tick = loop.time() + period
-            while not worker.stopped and await self._safe_probe(worker):
+            while True:
+                worker.trigger.clear()  # a run asked for before this one is this one
+                if worker.stopped or not await self._safe_probe(worker):
+                    break
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, next_tick - loop.time())):
                         await worker.trigger.wait()
-                worker.trigger.clear()
                 now = loop.time()
                 if now >= next_tick:
                     next_tick += period * (math.floor((now - next_tick) / period) + 1)
