@@ -272,7 +272,17 @@ class RuntimeManager:
             result.event("Warning", "Failed", message, container=container.name)
 
         previous = state.find(container.name)
-        if previous is not None and previous.state is ContainerState.EXITED:
+        # doBackOff: the newest *exited* instance, so a container killed while running (a
+        # failed liveness probe) restarts at once the first time and backs off after that
+        exited = next(
+            (
+                c
+                for c in state.containers
+                if c.name == container.name and c.state is ContainerState.EXITED
+            ),
+            None,
+        )
+        if exited is not None:
             key = container_key(
                 namespace=pod.namespace,
                 name=pod.name,
@@ -280,7 +290,7 @@ class RuntimeManager:
                 container=container.name,
                 hash=container_hash(container),
             )
-            finished = previous.finished_at / 1e9
+            finished = exited.finished_at / 1e9
             wait = self._backoff.remaining(key, finished)
             if wait > 0:
                 message = (

@@ -10,7 +10,10 @@ in-memory API (``podnode.running_node`` with a running ``EventRecorder``).
   kubelet's does;
 - a failing liveness probe restarts the container (``restartCount`` grows, ``Killing`` Event),
   with the probe-level ``terminationGracePeriodSeconds`` instead of the pod's 30 s;
-- a slow startup probe holds liveness back until it succeeds.
+- a slow startup probe holds liveness back until it succeeds;
+- the whole agent (proxy on) on the real control plane: a Service's pod that fails its
+  readiness probe is a not-ready endpoint in the EndpointSlice the controller writes, and curl
+  to the ClusterIP from the node's network namespace only ever reaches the ready pod.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import secrets
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from agentproc import agent_node, api_get, wait_ready
+from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import NODE, Node, running_node, status_of, until
@@ -338,3 +345,153 @@ async def test_slow_startup_probe_holds_liveness_back(node: Node) -> None:
     messages = [m for _, _, m in events(node, "slow")]
     assert "Liveness probe failed: " in messages
     assert "Container app failed liveness probe, will be restarted" in messages
+
+
+# --- the whole agent on the real control plane ------------------------------------------------
+
+
+def web_pod(name: str, namespace: str, node: str, *, ready: bool) -> dict[str, Any]:
+    """busybox httpd answering its own name on 8080; its readiness probe reads /tmp/ready,
+    which only a ``ready`` pod creates."""
+    touch = "touch /tmp/ready; " if ready else ""
+    script = f"mkdir -p /www && echo {name} > /www/index.html; {touch}exec httpd -f -p 8080 -h /www"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", script],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "readinessProbe": {
+                        "exec": {"command": ["cat", "/tmp/ready"]},
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+@contextlib.contextmanager
+def pod_route(ns: str, pod_subnet: str) -> Iterator[None]:
+    """A veth from the node's namespace to the host, a route to the pods and a default route
+    through it (the node namespace of ``agent_node(with_proxy=True)`` has neither): as on a
+    real node, the proxy's DNAT to a pod IP can then be followed by the packet."""
+    tag = secrets.token_hex(2)
+    host, inner = f"na-pv{tag}", f"na-pi{tag}"
+    third = int(tag, 16) % 250 + 1
+    host_ip, inner_ip = f"100.64.{third}.1", f"100.64.{third}.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("link", "add", host, "type", "veth", "peer", "name", inner, "netns", ns)
+    try:
+        ip("addr", "add", f"{host_ip}/30", "dev", host)
+        ip("link", "set", host, "up")
+        ip("-n", ns, "addr", "add", f"{inner_ip}/30", "dev", inner)
+        ip("-n", ns, "link", "set", inner, "up")
+        ip("-n", ns, "route", "add", pod_subnet, "via", host_ip)
+        # a node's default route: the socket's route lookup for a ClusterIP happens before
+        # the proxy's DNAT
+        ip("-n", ns, "route", "add", "default", "via", host_ip)
+        yield
+    finally:
+        subprocess.run(["ip", "link", "del", host], check=False, capture_output=True)
+
+
+async def test_a_pod_failing_readiness_gets_no_service_traffic(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    async with agent_node(control_plane, tmp_path, containerd.endpoint, with_proxy=True) as node:
+        assert node.netns is not None
+        with pod_route(node.netns, containerd.pod_subnet):
+            node.start()
+            await wait_ready(control_plane, node, status="True", within=90)
+            ns = node.namespace
+            for name, ready in (("good", True), ("bad", False)):
+                body = web_pod(name, ns, node.name, ready=ready)
+                code, answer = control_plane.api_request(
+                    "POST", f"/api/v1/namespaces/{ns}/pods", body=body
+                )
+                assert code == 201, (code, answer)
+            code, svc = control_plane.api_request(
+                "POST",
+                f"/api/v1/namespaces/{ns}/services",
+                body={
+                    "metadata": {"name": "web"},
+                    "spec": {
+                        "selector": {"app": "web"},
+                        "ports": [{"port": 80, "targetPort": "http", "protocol": "TCP"}],
+                    },
+                },
+            )
+            assert code == 201, (code, svc)
+            cluster_ip = svc["spec"]["clusterIP"]
+
+            def pod(name: str) -> dict[str, Any]:
+                return api_get(control_plane, f"/api/v1/namespaces/{ns}/pods/{name}") or {}
+
+            def endpoints() -> dict[str, bool]:
+                slices = api_get(
+                    control_plane,
+                    f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+                    "?labelSelector=kubernetes.io/service-name%3Dweb",
+                )
+                return {
+                    e["targetRef"]["name"]: bool(e["conditions"].get("ready"))
+                    for s in (slices or {}).get("items", [])
+                    for e in s.get("endpoints") or []
+                }
+
+            await until(
+                "good ready and bad running but not ready in the EndpointSlice",
+                lambda: endpoints() == {"good": True, "bad": False},
+                within=60,
+                explain=lambda: (endpoints(), pod("bad").get("status"), node.log_tail(1500)),
+            )
+            bad = pod("bad")
+            assert condition(bad, "Ready")["status"] == "False"
+            assert status_of(bad)["ready"] is False
+            assert "running" in status_of(bad)["state"]
+
+            def unhealthy() -> list[dict[str, Any]]:
+                listed = api_get(control_plane, f"/api/v1/namespaces/{ns}/events") or {}
+                return [
+                    e
+                    for e in listed.get("items", [])
+                    if e["reason"] == "Unhealthy" and e["involvedObject"]["name"] == "bad"
+                ]
+
+            [event, *_] = await until("an Unhealthy Event for bad", unhealthy, within=30)
+            assert event["message"].startswith("Readiness probe failed: cat: "), event
+            assert event["involvedObject"]["fieldPath"] == "spec.containers{app}"
+
+            async def curl(address: str) -> str:
+                done = await asyncio.to_thread(
+                    subprocess.run,
+                    ["ip", "netns", "exec", node.netns, "curl", "-s", "--max-time", "3",
+                     f"http://{address}/"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )  # fmt: skip
+                return done.stdout.strip() or f"curl exit {done.returncode}"
+
+            good_ip = pod("good")["status"]["podIP"]
+            assert await curl(f"{good_ip}:8080") == "good"  # the node reaches the pods
+
+            async def answered() -> bool:
+                return await curl(f"{cluster_ip}:80") == "good"
+
+            await until("the ClusterIP answering", answered, within=30)
+            answers = [await curl(f"{cluster_ip}:80") for _ in range(12)]
+            assert answers == ["good"] * 12, answers
