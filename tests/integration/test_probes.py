@@ -115,21 +115,26 @@ def pod_ip(node: Node, pod: str) -> str:
 async def test_exec_readiness_probe_passes_and_fails(node: Node) -> None:
     ok = {"exec": {"command": ["cat", "/etc/hostname"]}}
     bad = {"exec": {"command": ["sh", "-c", "echo not ready yet; exit 3"]}}
+    slow = {"exec": {"command": ["sleep", "5"]}, "timeoutSeconds": 1}
     node.create(
         "exec",
         containers=[
             container("ok", image=BUSYBOX_IMAGE, command=["sleep", "3600"], **readiness(ok)),
             container("bad", image=BUSYBOX_IMAGE, command=["sleep", "3600"], **readiness(bad)),
+            container("slow", image=BUSYBOX_IMAGE, command=["sleep", "3600"], **readiness(slow)),
         ],
     )
-    await settled(node, "exec", {"ok": True, "bad": False}, unhealthy=1)
+    await settled(node, "exec", {"ok": True, "bad": False, "slow": False}, unhealthy=2)
     pod = node.pod("exec")
     assert condition(pod, "Ready")["status"] == "False"
-    assert condition(pod, "ContainersReady")["message"] == "containers with unready status: [bad]"
+    assert (
+        condition(pod, "ContainersReady")["message"] == "containers with unready status: [bad slow]"
+    )
     assert condition(pod, "Ready")["reason"] == "ContainersNotReady"
     assert pod is not None and pod["status"]["phase"] == "Running"
     assert set(events(node, "exec", "Unhealthy")) == {
-        ("bad", "Unhealthy", "Readiness probe failed: not ready yet\n")
+        ("bad", "Unhealthy", "Readiness probe failed: not ready yet\n"),
+        ("slow", "Unhealthy", 'Readiness probe failed: command "sleep 5" timed out'),
     }
     assert status_of(pod, "bad")["started"] is True
 
