@@ -41,6 +41,7 @@ from nodeagent.prober.outcome import Outcome, ProbeOutcome
 from nodeagent.prober.prober import ProbeIO, ProbeType, run_probe, status_pod_ip
 from nodeagent.prober.results import Result, ResultsCache
 
+TICK_SLACK: Final = 0.001
 UNHEALTHY: Final = "Unhealthy"
 PROBE_WARNING: Final = "ProbeWarning"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
@@ -262,7 +263,8 @@ class ProberManager:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, next_tick - loop.time())):
                         await worker.trigger.wait()
-                now = loop.time()
+                # a tick within the clock's resolution is due: a timer may fire a hair early
+                now = loop.time() + TICK_SLACK
                 if now >= next_tick:
                     next_tick += period * (math.floor((now - next_tick) / period) + 1)
         finally:

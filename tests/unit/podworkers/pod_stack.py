@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.apiserver import NODES, PODS, WatchCache
+from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
@@ -19,6 +20,7 @@ from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ApiEnvSource, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
+from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -44,6 +46,7 @@ class Stack:
     files: MemoryFiles
     status: StatusManager
     sync_loop: SyncLoop
+    prober: ProberManager
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -85,7 +88,10 @@ def make_runtime(server: FakeApiServer) -> FakeRuntime:
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    server: FakeApiServer, runtime: FakeRuntime, files: MemoryFiles | None = None
+    server: FakeApiServer,
+    runtime: FakeRuntime,
+    files: MemoryFiles | None = None,
+    event_sink: ObjectEventSink | None = None,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -108,6 +114,14 @@ async def running_stack(
         runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=files
     )
     status = StatusManager(api=server, deleter=PlainDeleter(api=server))
+    events = SyncEvents()
+    prober = ProberManager(
+        io=ProbeIO(runtime=runtime, user_agent="kube-probe/1.36"),
+        pod_status=status.last_status,
+        clock=clock,
+        on_update=events.probe_result,
+        events=event_sink,
+    )
     podsync = PodSync(
         runtime=manager,
         status=status,
@@ -115,9 +129,10 @@ async def running_stack(
         env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
         host_dns=host_dns,
         host_ips=host_ips,
+        events=event_sink,
+        probes=prober,
     )
     workers = PodWorkers(syncer=podsync)
-    events = SyncEvents()
     pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
     sync_loop = SyncLoop(
         node_name=NODE,
@@ -130,8 +145,8 @@ async def running_stack(
         clock=clock,
         allocatable=allocatable,
     )
-    stack = Stack(server, runtime, files, status, sync_loop)
-    for runner in (cache.run, node_cache.run, sync_loop.run):
+    stack = Stack(server, runtime, files, status, sync_loop, prober)
+    for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))
     try:
         yield stack
