@@ -356,9 +356,9 @@ class ProberManager:
             pod_ip=status_pod_ip(status),
         )
         result = self._judge(worker, outcome)
-        self._count(worker, result, loop.time() - begin)
         if result is None:
-            return True
+            return True  # a probe that could not run is thrown away, uncounted
+        self._count(worker, result, loop.time() - begin)
         if result is worker.last_result:
             worker.result_run += 1
         else:
@@ -405,10 +405,8 @@ class ProberManager:
         ref = pod_reference(worker.pod, worker.container.name)
         self._events.record_for(ref, "Warning", reason, message)
 
-    def _count(self, worker: _Worker, result: Result | None, seconds: float) -> None:
-        name = {Result.SUCCESS: "successful", Result.FAILURE: "failed"}.get(
-            result or Result.UNKNOWN, "unknown"
-        )
+    def _count(self, worker: _Worker, result: Result, seconds: float) -> None:
+        name = {Result.SUCCESS: "successful", Result.FAILURE: "failed"}.get(result, "unknown")
         pod = worker.pod
         kind, container = worker.probe_type.value, worker.container.name
         PROBE_TOTAL.labels(kind, name, container, pod.name, pod.namespace, pod.uid).inc()
