@@ -35,6 +35,7 @@ class KillContainer:
     container_id: str
     name: str
     message: str
+    grace: int | None = None  # probe-level terminationGracePeriodSeconds, else the pod's
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,11 +230,29 @@ def compute_init_container_actions(
     return plan
 
 
+def _probe_kill(
+    pod: Pod, container: Container, record: ContainerRecord, failed: str
+) -> KillContainer:
+    """A running container whose liveness or startup probe failed: killed (the grace of the
+    probe's ``terminationGracePeriodSeconds`` when set), restarted unless restartPolicy Never."""
+    probe = container.liveness_probe if failed == "liveness" else container.startup_probe
+    message = f"Container {container.name} failed {failed} probe"
+    if should_restart_on_failure(pod):
+        message += ", will be restarted"
+    grace = probe.termination_grace_period_seconds if probe is not None else None
+    return KillContainer(record.id, record.name, message, grace)
+
+
 def compute_pod_actions(
-    pod: Pod, state: PodRuntimeState, *, startup: StartupResults | None = None
+    pod: Pod,
+    state: PodRuntimeState,
+    failed_probes: Mapping[str, str] | None = None,
+    *,
+    startup: StartupResults | None = None,
 ) -> PodActions:
-    """``startup``: the startup probes' results by container id (sidecars with a startup
-    probe let the next init container start once theirs succeeded)."""
+    """``failed_probes``: container ID -> ``liveness``/``startup`` from the prober;
+    ``startup``: the startup probes' results by container id (sidecars with a startup probe
+    let the next init container start once theirs succeeded)."""
     if pod.deleted:
         newest = state.sandboxes[0].id if state.sandboxes else ""
         return PodActions(kill_pod=True, sandbox_id=newest)
@@ -270,10 +289,21 @@ def compute_pod_actions(
             to_kill.append(KillContainer(record.id, record.name, message))
             to_start.append(container.name)
             continue
+        failed = (failed_probes or {}).get(record.id)
+        if failed is not None:
+            to_kill.append(_probe_kill(pod, container, record, failed))
+            if should_restart_on_failure(pod):
+                to_start.append(container.name)
+            continue
         keep += 1
     if keep == 0 and not to_start:
         # Nothing of the app runs or will: the sidecars must not keep the pod alive.
-        return PodActions(kill_pod=True, sandbox_id=sandbox_id, attempt=attempt)
+        return PodActions(
+            kill_pod=True,
+            sandbox_id=sandbox_id,
+            attempt=attempt,
+            containers_to_kill=tuple(to_kill),
+        )
     return PodActions(
         sandbox_id=sandbox_id,
         attempt=attempt,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
@@ -204,12 +204,14 @@ class RuntimeManager:
         on_event: Callable[[PodEvent], None] | None = None,
         volumes: PodMounts | None = None,
         startup: StartupResults | None = None,
+        failed_probes: Mapping[str, str] | None = None,
     ) -> SyncResult:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
-        ``startup``: the startup probes' results by container id."""
+        ``startup``: the startup probes' results by container id; ``failed_probes``
+        (container ID -> ``liveness``/``startup``) names the containers the prober condemned."""
         result = SyncResult(on_event=on_event)
-        actions = compute_pod_actions(pod, state, startup=startup)
+        actions = compute_pod_actions(pod, state, failed_probes, startup=startup)
         self._log.v(4).info(
             "Computed pod actions",
             pod_namespace=pod.namespace,
@@ -232,7 +234,7 @@ class RuntimeManager:
                     pod,
                     kill.container_id,
                     kill.name,
-                    grace=grace,
+                    grace=grace if kill.grace is None or pod.deleted else kill.grace,
                     message=kill.message,
                     result=result,
                     pod_ips=kill_ips,
@@ -318,11 +320,21 @@ class RuntimeManager:
         return sandbox_id, record.ips
 
     def _backing_off(
-        self, pod: Pod, container: Container, previous: ContainerRecord | None, result: SyncResult
+        self, pod: Pod, container: Container, state: PodRuntimeState, result: SyncResult
     ) -> bool:
         """True (with ``CrashLoopBackOff`` and the ``BackOff`` event) while the container's
-        restart back-off runs; else the next restart is counted."""
-        if previous is not None and previous.state is ContainerState.EXITED:
+        restart back-off runs; else the next restart is counted. doBackOff looks at the
+        newest *exited* instance, so a container killed while running (a failed liveness
+        probe) restarts at once the first time and backs off after that."""
+        exited = next(
+            (
+                c
+                for c in state.containers
+                if c.name == container.name and c.state is ContainerState.EXITED
+            ),
+            None,
+        )
+        if exited is not None:
             key = container_key(
                 namespace=pod.namespace,
                 name=pod.name,
@@ -330,7 +342,7 @@ class RuntimeManager:
                 container=container.name,
                 hash=container_hash(container),
             )
-            finished = previous.finished_at / 1e9
+            finished = exited.finished_at / 1e9
             wait = self._backoff.remaining(key, finished)
             if wait > 0:
                 message = (
@@ -368,7 +380,7 @@ class RuntimeManager:
             result.event("Warning", "Failed", message, container=container.name)
 
         previous = state.find(container.name)
-        if self._backing_off(pod, container, previous, result):
+        if self._backing_off(pod, container, state, result):
             return False
         try:
             image_ref = await self._images.ensure_image(pod, container, sandbox_config, result)

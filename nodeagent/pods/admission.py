@@ -98,12 +98,12 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                 ("readinessProbe", c.readiness_probe),
                 ("startupProbe", c.startup_probe),
             ):
-                if probe is not None:
+                if probe is not None and key == "initContainers":
                     return AdmitResult(
                         False,
                         "ProbesNotSupported",
-                        f"{where}.{field}: container {c.name!r} has a probe; nodeagent "
-                        "does not run probes yet",
+                        f"{where}.{field}: init container {c.name!r} has a probe; nodeagent "
+                        "probes regular containers only",
                     )
     return None
 

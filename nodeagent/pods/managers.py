@@ -24,10 +24,13 @@ from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
+from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
+from nodeagent.prober import ProbeIO, ProberManager
+from nodeagent.prober.grpchealth import grpc_checker
 from nodeagent.quantity import value
 from nodeagent.staticpods import (
     FileSource,
@@ -41,6 +44,8 @@ from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
 from nodeagent.volumemanager.content import content_source
 from nodeagent.volumemanager.manager import VolumeManager
+
+PROBE_USER_AGENT = "kube-probe/" + ".".join(KUBERNETES_VERSION.lstrip("v").split(".")[:2])
 
 
 def _memory_bytes() -> int:
@@ -85,6 +90,7 @@ class PodManagers:
     gc: GarbageCollectors
     static_pods: FileSource
     mirrors: MirrorPods | None
+    prober: ProberManager
 
     @property
     def managers(self) -> list[Manager]:
@@ -95,6 +101,7 @@ class PodManagers:
             *api_side,
             self.static_pods,
             self.sync_loop,
+            self.prober,
             *mirrors,
             *self.gc.managers,
         ]
@@ -177,6 +184,18 @@ def pod_managers(
         allocatable_memory=allocatable_memory,
     )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
+    sync_events = SyncEvents()
+    prober = ProberManager(
+        io=ProbeIO(
+            runtime=connection,
+            user_agent=PROBE_USER_AGENT,
+            grpc_check=grpc_checker(PROBE_USER_AGENT),
+        ),
+        pod_status=status.last_status,
+        clock=clock,
+        on_update=sync_events.probe_result,
+        events=events,
+    )
     podsync = PodSync(
         runtime=runtime,
         status=status,
@@ -186,9 +205,9 @@ def pod_managers(
         host_ips=host_ips,
         events=events,
         volumes=volumes,
+        probes=prober,
     )
     workers = PodWorkers(syncer=podsync)
-    sync_events = SyncEvents()
     pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=node_name,
@@ -237,4 +256,5 @@ def pod_managers(
         gc=gc,
         static_pods=static_pods,
         mirrors=mirrors,
+        prober=prober,
     )

@@ -38,6 +38,7 @@ from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
+from nodeagent.prober import NoProbes, PodProbes
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
@@ -160,12 +161,14 @@ class PodSync:
         host_ips: Callable[[], tuple[str, ...]],
         events: ObjectEventSink | None = None,
         volumes: VolumeManager | None = None,
+        probes: PodProbes | None = None,
         log: Logger | None = None,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``."""
         self._runtime = runtime
         self._volumes = volumes
+        self._probes: PodProbes = probes or NoProbes()
         self._status = status
         self._clock = clock
         self._env = env
@@ -186,6 +189,7 @@ class PodSync:
             host_ips=self._host_ips(),
             now=rfc3339(self._clock),
             terminal=terminal,
+            probes=self._probes,
         )
         self._status.set_status(pod, status)
         return status
@@ -210,6 +214,7 @@ class PodSync:
         return post
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
+        self._probes.add_pod(pod)
         state = await self._runtime.pod_state(pod.uid)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
@@ -229,6 +234,7 @@ class PodSync:
             host_dns=await self._host_dns(),
             on_event=self._on_event(pod),
             volumes=volumes,
+            failed_probes=self._probes.failed_probes(pod.uid),
         )
         self._record(pod, result)
         if volumes is not None and volumes.retry_in is not None:
@@ -242,6 +248,7 @@ class PodSync:
         return SyncOutcome(retry_in=result.retry_in)
 
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
+        self._probes.stop_liveness_and_startup(pod)
         state = await self._runtime.pod_state(pod.uid)
         running = [c.name for c in state.containers if c.state is ContainerState.RUNNING]
         if running:
@@ -262,12 +269,14 @@ class PodSync:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
         await self.tear_down_volumes(pod.uid, keep_pod_dir=True)
+        self._probes.remove_pod(pod.uid)
         if pod.deleted:
             self._status.delete_pod(pod)
 
     async def cleanup_pod(self, pod: Pod) -> None:
         await self.remove_runtime_pod(pod.uid)
         await self.tear_down_volumes(pod.uid)
+        self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status.forget(pod.uid)
 

@@ -8,6 +8,9 @@ them (``match``, one short arm each):
   pods go through admission and get a worker, updated ones (a deletion timestamp) go to their
   worker, vanished ones are terminated and cleaned up;
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
+- :class:`ProbeResult` — a liveness, readiness or startup result of a pod's container
+  changed (the prober manager): sync it now, which regenerates its status and kills a
+  container whose liveness or startup probe failed;
 - :class:`Housekeeping` — every 2s: runtime pods no source knows (deleted while the agent was
   down) are killed and removed, once the source and the PLEG have both synced once; then the
   pod directories (volumes) of pods neither a source, a worker nor the runtime knows are
@@ -75,11 +78,16 @@ class PlegEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeResult:
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class Housekeeping:
     pass
 
 
-SyncEvent = PodsChanged | PlegEvent | Housekeeping
+SyncEvent = PodsChanged | PlegEvent | ProbeResult | Housekeeping
 
 
 class SyncEvents:
@@ -94,6 +102,10 @@ class SyncEvents:
 
     def pleg_event(self, event: PodLifecycleEvent) -> None:
         self.queue.put_nowait(PlegEvent(event))
+
+    def probe_result(self, uid: str) -> None:
+        """The prober's ``on_update``."""
+        self.queue.put_nowait(ProbeResult(uid))
 
 
 def node_allocatable(node: Mapping[str, Any] | None) -> Mapping[str, str] | None:
@@ -194,6 +206,8 @@ class SyncLoop:
                 self._reconcile_source()
             case PlegEvent(event=e):
                 self._workers.sync(e.uid)
+            case ProbeResult(uid=uid):
+                self._workers.sync(uid)
             case Housekeeping():
                 self._housekeeping()
 

@@ -8,8 +8,8 @@ message of an unchanged phase, and the pod IPs once the sandbox is gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any, Final, Protocol
 
 from nodeagent.kuberuntime.actions import sandbox_changed
 from nodeagent.kuberuntime.runtime_state import PodRuntimeState
@@ -28,6 +28,12 @@ Status = dict[str, Any]
 REJECTED_PREFIX: Final = "Pod was rejected: "
 
 
+class ProbeView(Protocol):
+    """The prober's say on the regular containers' ``started`` and ``ready``."""
+
+    def apply(self, pod: Pod, statuses: Sequence[MutableMapping[str, Any]]) -> None: ...
+
+
 def _ips(values: Sequence[str]) -> list[dict[str, str]]:
     return [{"ip": ip} for ip in values]
 
@@ -42,6 +48,7 @@ def generate_pod_status(
     host_ips: Sequence[str],
     now: str,
     terminal: bool = False,
+    probes: ProbeView | None = None,
 ) -> Status:
     api_status = pod.status
     init_statuses = container_statuses(
@@ -62,6 +69,8 @@ def generate_pod_status(
         runtime_name=runtime_name,
         init=False,
     )
+    if probes is not None:
+        probes.apply(pod, statuses)
     phase = pod_phase(pod, [*init_statuses, *statuses], terminal=terminal)
     if phase not in TERMINAL:
         if previous.get("phase") in TERMINAL:

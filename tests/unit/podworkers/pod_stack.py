@@ -20,6 +20,7 @@ from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ApiEnvSource, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
+from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -46,6 +47,7 @@ class Stack:
     files: MemoryFiles
     status: StatusManager
     sync_loop: SyncLoop
+    prober: ProberManager
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -115,6 +117,14 @@ async def running_stack(
         runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=files
     )
     status = StatusManager(api=server, deleter=PlainDeleter(api=server))
+    sync_events = SyncEvents()
+    prober = ProberManager(
+        io=ProbeIO(runtime=runtime, user_agent="kube-probe/1.36"),
+        pod_status=status.last_status,
+        clock=clock,
+        on_update=sync_events.probe_result,
+        events=events,
+    )
     podsync = PodSync(
         runtime=manager,
         status=status,
@@ -124,13 +134,13 @@ async def running_stack(
         host_ips=host_ips,
         events=events,
         volumes=volumes,
+        probes=prober,
     )
     workers = PodWorkers(syncer=podsync)
-    events = SyncEvents()
-    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
+    pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=NODE,
-        events=events,
+        events=sync_events,
         source=cache,
         workers=workers,
         pleg=pleg,
@@ -139,8 +149,8 @@ async def running_stack(
         clock=clock,
         allocatable=allocatable,
     )
-    stack = Stack(server, runtime, files, status, sync_loop)
-    for runner in (cache.run, node_cache.run, sync_loop.run):
+    stack = Stack(server, runtime, files, status, sync_loop, prober)
+    for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))
     try:
         yield stack

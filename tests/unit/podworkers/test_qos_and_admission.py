@@ -163,19 +163,21 @@ def test_a_stop_signal_is_refused_naming_the_field() -> None:
     assert "SIGUSR1" in result.message
 
 
-@pytest.mark.parametrize(
-    ("field", "spec", "reason"),
-    [
-        ("readinessProbe", {"exec": {"command": ["true"]}}, "ProbesNotSupported"),
-        ("livenessProbe", {"tcpSocket": {"port": 80}}, "ProbesNotSupported"),
-    ],
-)
-def test_probes_are_refused_naming_the_field(field: str, spec: dict[str, Any], reason: str) -> None:
-    p = pod(containers=[container("web", **{field: spec})])
+def test_probes_on_init_containers_are_refused_naming_the_field() -> None:
+    p = pod(
+        init_containers=[
+            container("proxy", restartPolicy="Always", readinessProbe={"tcpSocket": {"port": 80}})
+        ]
+    )
     result = admit_pod(p, allocatable=NODE, admitted=[])
-    assert result.reason == reason
-    assert f"spec.containers[0].{field}" in result.message
-    assert "'web'" in result.message
+    assert result.reason == "ProbesNotSupported"
+    assert "spec.initContainers[0].readinessProbe" in result.message
+    assert "'proxy'" in result.message
+
+
+def test_probes_on_app_containers_are_admitted() -> None:
+    p = pod(containers=[container("web", livenessProbe={"tcpSocket": {"port": 80}})])
+    assert admit_pod(p, allocatable=NODE, admitted=[]).admit
 
 
 def test_pod_requests_add_the_sidecars_that_keep_running() -> None:

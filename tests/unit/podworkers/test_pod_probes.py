@@ -1,0 +1,114 @@
+"""Probes through the whole pods stack over the fakes, in virtual time: what the API status
+shows (``ready``, ``started``, the Ready conditions) and what happens to a container whose
+liveness probe fails (killed with the probe's grace, restarted, then backed off)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from pod_stack import NODE, make_runtime, running_stack, until
+
+from nodeagent.apiserver import PODS
+from nodeagent.events import ObjectReference
+from nodeagent.kuberuntime import types as cri
+from nodeagent.testing.fake_apiserver import FakeApiServer
+from nodeagent.testing.pods import container, pod_object
+
+pytestmark = pytest.mark.looptime
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def record_for(self, ref: ObjectReference, type: str, reason: str, message: str) -> None:
+        self.events.append((ref.field_path, reason, message))
+
+
+def seed(server: FakeApiServer, **kw: Any) -> str:
+    body = pod_object("web", node=NODE, **kw)
+    del body["metadata"]["uid"]
+    return str(server.seed(PODS, body)["metadata"]["uid"])
+
+
+def app_status(server: FakeApiServer) -> dict[str, Any]:
+    pod = server.stored(PODS, "web", "default") or {}
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return next((s for s in statuses if s["name"] == "app"), {})
+
+
+def conditions(server: FakeApiServer) -> dict[str, str]:
+    pod = server.stored(PODS, "web", "default") or {}
+    return {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+
+
+def exit_code_of(codes: dict[str, int]) -> Any:
+    def handler(container_id: str, cmd: Sequence[str]) -> cri.ExecSyncResponse:
+        return cri.ExecSyncResponse(stdout=b"said so\n", exit_code=codes.get(cmd[0], 0))
+
+    return handler
+
+
+async def test_readiness_drives_the_ready_flag_and_the_pods_ready_conditions() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    codes = {"check": 1}
+    runtime.exec_handler = exit_code_of(codes)
+    probe = {"exec": {"command": ["check"]}, "periodSeconds": 2, "failureThreshold": 1}
+    async with running_stack(server, runtime):
+        seed(server, containers=[container("app", command=["sleep", "1"], readinessProbe=probe)])
+        await until(lambda: "running" in app_status(server).get("state", {}))
+        await until(lambda: conditions(server).get("Ready") == "False", within=5)
+        app = app_status(server)
+        assert (app["started"], app["ready"]) == (True, False)
+        assert conditions(server)["ContainersReady"] == "False"
+        codes["check"] = 0
+        await until(lambda: app_status(server).get("ready") is True, within=5)
+        assert conditions(server)["Ready"] == "True"
+        codes["check"] = 1
+        await until(lambda: conditions(server).get("Ready") == "False", within=5)
+
+
+async def test_failed_liveness_kills_with_the_probe_grace_restarts_then_backs_off() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    runtime.exec_handler = exit_code_of({"alive": 1})
+    events = Recorded()
+    probe = {
+        "exec": {"command": ["alive"]},
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+        "terminationGracePeriodSeconds": 4,
+    }
+    async with running_stack(server, runtime, events=events) as stack:
+        seed(
+            server,
+            containers=[container("app", command=["sleep", "1"], livenessProbe=probe)],
+            grace=30,
+        )
+        await until(lambda: app_status(server).get("restartCount") == 1, within=30)
+        first = (await stack.containers("app"))[0]
+        assert runtime.grace_periods[first.id] == 4
+        assert (
+            "spec.containers{app}",
+            "Killing",
+            "Container app failed liveness probe, will be restarted",
+        ) in events.events
+        assert (
+            "spec.containers{app}",
+            "Unhealthy",
+            "Liveness probe failed: said so\n",
+        ) in events.events
+        # as the kubelet's doBackOff: the second restart is immediate too (the back-off starts
+        # then), the third waits it out
+        await until(
+            lambda: (
+                app_status(server).get("state", {}).get("waiting", {}).get("reason")
+                == "CrashLoopBackOff"
+            ),
+            within=30,
+        )
+        assert app_status(server)["restartCount"] == 2
+        await until(lambda: app_status(server).get("restartCount") == 3, within=15)
