@@ -33,6 +33,7 @@ from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.managers import pod_managers
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
+from nodeagent.server.service import server_manager
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -285,8 +286,19 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
+    server = server_manager(
+        config,
+        api=api,
+        clock=clock,
+        node_name=node.node_name,
+        hostname=node.hostname,
+        node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
+        pki_dir=node.pki_dir,
+        pods=pods,
+    )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        server,
         *proxy,
     ]
