@@ -295,6 +295,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         pki_dir=node.pki_dir,
         pods=pods,
+        get_node=lambda: node_cache.get(node.node_name),
     )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),

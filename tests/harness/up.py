@@ -23,6 +23,7 @@ from harness import node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.controlplane import (
     ControlPlane,
+    Layout,
     all_running,
     attach,
     start_control_plane,
@@ -114,11 +115,16 @@ def up() -> int:
                 directory.mkdir(parents=True)
             say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler ...")
             started = time.monotonic()
+            cluster = directory / "cluster"
+            cluster_ca = Layout(root=cluster, log_dir=directory / "logs").pki / "ca.crt"
             plane = start_control_plane(
                 binaries=binaries,
-                root=directory / "cluster",
+                root=cluster,
                 log_dir=directory / "logs",
                 detached=True,
+                # The apiserver verifies the node's serving certificate (kubelet-serving
+                # signer, approved by node_up) against the cluster CA.
+                apiserver_extra_args=[f"--kubelet-certificate-authority={cluster_ca}"],
             )
             took = time.monotonic() - started
             state = {"control_plane": plane.state(), "started_seconds": round(took, 1)}
