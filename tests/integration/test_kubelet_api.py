@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from agentproc import AgentNode, agent_node, wait_ready
@@ -321,3 +322,51 @@ async def test_server_tls_bootstrap_serves_the_cluster_signed_certificate(
         raw = f"/api/v1/nodes/{node.name}/proxy/healthz"
         assert control_plane.kubectl("get", "--raw", raw).stdout == "ok"
         control_plane.kubectl("delete", "csr", csr["metadata"]["name"], check=False)
+
+
+async def websocket_exec(port: int, control_plane: ControlPlane, path: str) -> dict[int, bytes]:
+    """A WebSocket exec straight to the node's port (as a v5.channel.k8s.io client), with the
+    apiserver's client certificate; the bytes received per channel."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    pair = control_plane.pki.apiserver_kubelet_client
+    context.load_cert_chain(pair.cert, pair.key)
+    channels: dict[int, bytes] = {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(
+            f"wss://127.0.0.1:{port}{path}",
+            protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"),
+            ssl=context,
+        ) as ws,
+    ):
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data:
+                channels[msg.data[0]] = channels.get(msg.data[0], b"") + msg.data[1:]
+    return channels
+
+
+async def test_websocket_exec_straight_to_the_node(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(pod_body(ns, node.name)))
+
+        def running() -> bool:
+            pod = control_plane.get_json("pod", "-n", ns, POD)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return any("running" in s.get("state", {}) for s in statuses)
+
+        await until("the pod running", running, within=60, every=0.5, explain=node.log_tail)
+        query = "command=sh&command=-c&command=echo+ws-hello%3B+exit+4&output=1&error=1"
+        channels = await websocket_exec(port, control_plane, f"/exec/{ns}/{POD}/web?{query}")
+        assert channels.get(1) == b"ws-hello\n"
+        status = json.loads(channels[3])
+        assert status["status"] == "Failure"
+        assert status["details"]["causes"][0] == {"reason": "ExitCode", "message": "4"}
