@@ -36,7 +36,8 @@ NODE_NOTE = (
     "bound to it (local images: localhost/busybox:latest and localhost/pause:latest with "
     "imagePullPolicy IfNotPresent, or <registry>/busybox:latest from the local registry) and "
     "programs Services into nftables (table `ip nodeagent`: ClusterIPs and NodePorts work from "
-    "this host and from pods); no volumes or probes yet"
+    "this host and from pods); `kubectl exec/attach/port-forward/cp` reach it on :10250 (its "
+    "serving certificate signed by the cluster CA); no volumes or probes yet"
 )
 
 
