@@ -108,6 +108,7 @@ def configure(node: AgentNode, control_plane: ControlPlane, port: int, healthz: 
                 "anonymous": {"enabled": False},
             },
             "authorization": {"mode": "Webhook"},
+            "logging": {"verbosity": 2},  # logs each stream's protocol
         }
     )
     node.config.write_text(yaml.safe_dump(settings))
