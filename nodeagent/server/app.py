@@ -19,6 +19,7 @@ from nodeagent.log import get_logger
 from nodeagent.server import endpoints, keys, streaming
 from nodeagent.server.attributes import request_attributes
 from nodeagent.server.auth import AUTH, RequestAuth, forbidden_message
+from nodeagent.server.metrics import metrics_middleware
 
 _log = get_logger("server")
 
@@ -90,7 +91,9 @@ def build_app(
     extensions: Sequence[Extension] = (),
 ) -> web.Application:
     """The kubelet API on ``port`` (behind TLS and authentication)."""
-    app = web.Application(middlewares=[auth_middleware], client_max_size=CLIENT_MAX_SIZE)
+    app = web.Application(
+        middlewares=[metrics_middleware, auth_middleware], client_max_size=CLIENT_MAX_SIZE
+    )
     app[AUTH] = auth
     endpoints.install(app, deps)
     app.add_routes(endpoints.routes)

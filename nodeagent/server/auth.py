@@ -170,12 +170,17 @@ class WebhookAuthorizer:
         self._cache: TtlCache[tuple[object, ...], bool] = TtlCache(now=now)
 
     async def authorize(self, user: User, attrs: Attributes) -> bool:
+        # The review's content, as the webhook's cache keys it: not the request path.
         key = (
             user.name,
             user.uid,
             user.groups,
             tuple(sorted(user.extra.items())),
-            attrs,
+            attrs.verb,
+            attrs.resource,
+            attrs.subresource,
+            attrs.name,
+            attrs.api_version,
         )
         cached = self._cache.get(key)
         if cached is not None:

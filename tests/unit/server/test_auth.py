@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import prometheus_client
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -121,6 +122,11 @@ async def test_access_reviews_cached_by_decision() -> None:
     assert calls() == 3
     clock.t += 270
     await authz.authorize(alice, pods)
+    assert calls() == 4
+    # Another path with the same attributes is the same review.
+    await authz.authorize(
+        alice, Attributes(verb="get", subresource="pods", name="n", path="/pods/")
+    )
     assert calls() == 4
     body = api.calls_to("create", "subjectaccessreviews")[0].body
     assert body["spec"] == {
@@ -255,3 +261,19 @@ async def test_anonymous_when_enabled() -> None:
         resp = await client.get("/configz")
         assert resp.status == 403
         assert "user=system:anonymous" in await resp.text()
+
+
+async def test_requests_are_counted_by_bucket(client: TestClient[Any, Any]) -> None:
+    labels = {"method": "GET", "path": "pods", "server_type": "readwrite", "long_running": "false"}
+    before = prometheus_client.REGISTRY.get_sample_value("kubelet_http_requests_total", labels) or 0
+    await client.get("/pods")
+    await client.get("/pods", headers={"Authorization": "Bearer good"})
+    after = prometheus_client.REGISTRY.get_sample_value("kubelet_http_requests_total", labels)
+    assert after == before + 2
+    stream = {**labels, "method": "POST", "path": "exec", "long_running": "true"}
+    await client.post("/exec/ns/p/c")
+    assert (
+        prometheus_client.REGISTRY.get_sample_value("kubelet_http_requests_total", stream) or 0
+    ) >= 1
+    inflight = prometheus_client.REGISTRY.get_sample_value("kubelet_http_inflight_requests", labels)
+    assert inflight == 0
