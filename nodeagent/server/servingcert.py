@@ -37,6 +37,7 @@ USAGES: Final = ("digital signature", "server auth")
 CURRENT: Final = "kubelet-server-current.pem"
 POLL: Final = 2.0
 MAX_SLEEP: Final = 600.0
+MIN_ROTATION_GAP: Final = 60.0
 
 Addresses = Callable[[], tuple[Sequence[str], Sequence[str]]]
 """(DNS names, IPs) of the node, as its status reports them; empty while unknown."""
@@ -169,6 +170,9 @@ class ServingCertificate:
                     await asyncio.sleep(min(left, MAX_SLEEP))
             await self._request_with_backoff()
             on_rotated(self.path)
+            # A signer that issues certificates already due for rotation must not make us
+            # ask again in a tight loop.
+            await asyncio.sleep(MIN_ROTATION_GAP)
 
     async def _request_with_backoff(self) -> None:
         backoff = Backoff(initial=2.0, cap=300.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import ssl
@@ -27,7 +28,7 @@ from nodeagent.server.servingcert import (
     serving_csr_object,
     split_pem,
 )
-from nodeagent.testing.fake_apiserver import Call, FakeApiServer
+from nodeagent.testing.fake_apiserver import Call, FakeApiServer, LoopClock
 
 NOW = dt.datetime(2026, 11, 25, 4, 0, tzinfo=dt.UTC)
 
@@ -107,7 +108,7 @@ def _signer() -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
     )
 
 
-def sign(request_b64: str, *, days: float = 365) -> str:
+def sign(request_b64: str, *, days: float = 365, start: dt.datetime = NOW) -> str:
     ca_key, ca_name = _signer()
     request = x509.load_pem_x509_csr(base64.b64decode(request_b64))
     cert = (
@@ -116,8 +117,8 @@ def sign(request_b64: str, *, days: float = 365) -> str:
         .issuer_name(ca_name)
         .public_key(request.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - dt.timedelta(minutes=5))
-        .not_valid_after(NOW + dt.timedelta(days=days))
+        .not_valid_before(start - dt.timedelta(minutes=5))
+        .not_valid_after(start + dt.timedelta(days=days))
         .sign(ca_key, hashes.SHA256())
     )
     return base64.b64encode(cert.public_bytes(serialization.Encoding.PEM)).decode()
@@ -171,3 +172,44 @@ async def test_obtain_waits_for_addresses_and_approval(tmp_path: Path) -> None:
     assert await again.obtain() == path
     assert len(api.calls_to("create", "certificatesigningrequests")) == 1
     assert CSRS.plural == "certificatesigningrequests"
+
+
+@pytest.mark.looptime
+async def test_rotation_before_expiry_reloads_the_new_pair(tmp_path: Path) -> None:
+    api = FakeApiServer()
+    requests: dict[str, dict[str, Any]] = {}
+
+    def create(call: Call) -> dict[str, Any]:
+        name = f"csr-{len(requests)}"
+        requests[name] = {**call.body, "metadata": {"name": name}}
+        return requests[name]
+
+    clock = LoopClock(NOW)
+
+    def get(call: Call) -> dict[str, Any]:
+        body = requests[str(call.name)]
+        cert = sign(body["spec"]["request"], days=1, start=clock.now())
+        return {**body, "status": {"certificate": cert}}
+
+    api.react("create", "certificatesigningrequests", create, times=None)
+    api.react("get", "certificatesigningrequests", get, times=None)
+    serving = ServingCertificate(
+        api=api,
+        clock=clock,
+        node_name="node-a",
+        pki_dir=tmp_path,
+        addresses=lambda: (["node-a"], ["10.0.0.5"]),
+    )
+    path = await serving.obtain()
+    first = path.read_bytes()
+    loop = asyncio.get_running_loop()
+    rotated: list[float] = []
+    task = asyncio.create_task(serving.rotate_forever(lambda p: rotated.append(loop.time())))
+    await asyncio.sleep(86_400 * 0.8 + 60)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert len(rotated) == 1
+    assert 86_400 * 0.7 - 300 <= rotated[0] <= 86_400 * 0.8 + 10  # 70-80% of the lifetime
+    assert path.read_bytes() != first
+    assert len(requests) == 2
