@@ -37,6 +37,7 @@ from nodeagent.kuberuntime.types import (
     SANDBOX_READY,
     Container,
     ContainerFilter,
+    ExecSyncResponse,
     PodSandbox,
     PodSandboxFilter,
 )
@@ -71,6 +72,10 @@ class StreamingRuntime(Protocol):
     ) -> str: ...
 
     async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int]) -> str: ...
+
+    async def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout_seconds: int
+    ) -> ExecSyncResponse: ...
 
     async def list_containers(self, filter: ContainerFilter | None = None) -> list[Container]: ...
 
@@ -221,6 +226,31 @@ async def port_forward_handler(request: web.Request) -> web.StreamResponse:
     return await proxy_upgrade(request, url)
 
 
+async def run_handler(request: web.Request) -> web.StreamResponse:
+    """``POST /run/...?cmd=<command>``: run the command (split on spaces, as the kubelet
+    does for this legacy endpoint) and answer its stdout then stderr; a non-zero exit is a
+    500 naming the command and the code."""
+    pod = _pod(request)
+    if pod is None:
+        return _error(404, "pod does not exist")
+    runtime = request.app[STREAMING].runtime
+    container = request.match_info["container"]
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    cmd = request.query.get("cmd", "").split(" ")
+    try:
+        cid = await _container_id(runtime, uid, container)
+        if cid is None:
+            return _error(500, f"container not found ({container!r})".replace("'", '"'))
+        result = await runtime.exec_sync(cid, cmd, 0)
+    except CriError as e:
+        return _error(500, str(e))
+    output = bytes(result.stdout) + bytes(result.stderr)
+    if result.exit_code != 0:
+        printed = output.decode(errors="replace")
+        return _error(500, f"command '{' '.join(cmd)}' exited with {result.exit_code}: {printed}")
+    return web.Response(body=output, content_type="application/json")
+
+
 routes = web.RouteTableDef()
 for _method in ("GET", "POST"):
     routes.route(_method, "/exec/{ns}/{pod}/{container}")(exec_handler)
@@ -229,6 +259,8 @@ for _method in ("GET", "POST"):
     routes.route(_method, "/attach/{ns}/{pod}/{uid}/{container}")(attach_handler)
     routes.route(_method, "/portForward/{ns}/{pod}")(port_forward_handler)
     routes.route(_method, "/portForward/{ns}/{pod}/{uid}")(port_forward_handler)
+routes.post("/run/{ns}/{pod}/{container}")(run_handler)
+routes.post("/run/{ns}/{pod}/{uid}/{container}")(run_handler)
 
 
 # --- the proxy ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_UID
@@ -247,3 +247,27 @@ async def test_refused_requests(
     assert (await reader.readexactly(length)).decode() == text
     writer.close()
     assert runtime.streaming_requests == []
+
+
+async def test_run_answers_the_output_or_the_exit_code(
+    server: tuple[TestServer, FakeRuntime],
+) -> None:
+    srv, runtime = server
+    cid = await running_container(runtime)
+    calls: list[tuple[str, list[str]]] = []
+
+    def handler(container_id: str, cmd: list[str]) -> cri.ExecSyncResponse:
+        calls.append((container_id, cmd))
+        code = 3 if cmd[0] == "false" else 0
+        return cri.ExecSyncResponse(stdout=b"out\n", stderr=b"err\n", exit_code=code)
+
+    runtime.exec_handler = handler
+    async with TestClient(srv) as client:
+        resp = await client.post("/run/default/web/app?cmd=echo hi")
+        assert (resp.status, await resp.text()) == (200, "out\nerr\n")
+        resp = await client.post("/run/default/web/app?cmd=false now")
+        assert resp.status == 500
+        assert await resp.text() == "command 'false now' exited with 3: out\nerr\n\n"
+        resp = await client.post("/run/default/nope/app?cmd=true")
+        assert resp.status == 404
+    assert calls == [(cid, ["echo", "hi"]), (cid, ["false", "now"])]
