@@ -33,6 +33,7 @@ from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.managers import pod_managers
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
+from nodeagent.server.service import server_manager
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -189,15 +190,42 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
     without an API server (no mirror pods, statuses stay local). Without one: nothing."""
     if not config.kubelet.static_pod_path:
         return [NullManager(name="standalone")]
+    clock = RealClock()
     pods = pod_managers(
         config,
         api=None,
-        clock=RealClock(),
+        clock=clock,
         node_name=node.node_name,
         get_node=lambda: None,
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
-    return pods.managers
+    needs_api = [
+        field
+        for field, on in (
+            ("kubelet.authorization.mode: Webhook", config.kubelet.authorization.mode == "Webhook"),
+            ("kubelet.serverTLSBootstrap: true", config.kubelet.server_tls_bootstrap),
+        )
+        if on
+    ]
+    if needs_api:
+        # Both need an API server; the kubelet refuses to start this way.
+        get_logger("agent").warning(
+            "Standalone: the kubelet API is not served: "
+            + ", ".join(needs_api)
+            + " need an API server",
+        )
+        return pods.managers
+    server = server_manager(
+        config,
+        api=None,
+        clock=clock,
+        node_name=node.node_name,
+        hostname=node.hostname,
+        node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
+        pki_dir=node.pki_dir,
+        pods=pods,
+    )
+    return [*pods.managers, server]
 
 
 def api_server_mode(node: NodeSettings) -> bool:
@@ -285,8 +313,20 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
+    server = server_manager(
+        config,
+        api=api,
+        clock=clock,
+        node_name=node.node_name,
+        hostname=node.hostname,
+        node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
+        pki_dir=node.pki_dir,
+        pods=pods,
+        get_node=lambda: node_cache.get(node.node_name),
+    )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        server,
         *proxy,
     ]

@@ -39,3 +39,39 @@ def test_a_bootstrap_kubeconfig_alone_selects_api_server_mode(tmp_path: Path) ->
         tmp_path, "--kubeconfig", str(tmp_path / "missing"), "--bootstrap-kubeconfig", str(boot)
     )
     assert "standalone" not in agent.build(cfg, environ={}).manager_names
+
+
+def test_the_node_serves_the_kubelet_api(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    built = agent.build(_config(tmp_path, "--kubeconfig", str(kubeconfig)), environ={})
+    assert "server" in built.manager_names
+
+
+def _standalone(tmp_path: Path, kubelet: str) -> agent.Agent:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(
+        "apiVersion: nodeagent.io/v1alpha1\nkind: NodeAgentConfiguration\n"
+        f"kubelet:\n  staticPodPath: {manifests}\n{kubelet}"
+    )
+    cfg = _config(tmp_path, "--config", str(cfg_file), "--kubeconfig", str(tmp_path / "none"))
+    return agent.build(cfg, environ={})
+
+
+def test_standalone_with_webhook_authorization_does_not_serve_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    built = _standalone(tmp_path, "")
+    assert "server" not in built.manager_names
+    assert "the kubelet API is not served" in caplog.text
+    assert "kubelet.authorization.mode: Webhook" in caplog.text
+
+
+def test_standalone_with_always_allow_serves(tmp_path: Path) -> None:
+    built = _standalone(
+        tmp_path,
+        "  authorization: {mode: AlwaysAllow}\n  authentication: {webhook: {enabled: false}}\n",
+    )
+    assert "server" in built.manager_names
