@@ -20,6 +20,7 @@ from nodeagent.apiserver import NODES, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import RealClock
 from nodeagent.config import Config
+from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
@@ -197,7 +198,10 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         get_node=lambda: None,
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
-    return pods.managers
+    logs = RotationManager(
+        runtime=pods.connection, clock=RealClock(), policy=rotation_policy(config)
+    )
+    return [*pods.managers, logs]
 
 
 def api_server_mode(node: NodeSettings) -> bool:
@@ -285,8 +289,10 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
+    logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        logs,
         *proxy,
     ]

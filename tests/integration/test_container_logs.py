@@ -5,6 +5,7 @@ follow, previous) and the rotation manager keeps a busy container's log within i
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from podnode import Node, phase, running_node, status_of, until
 
 from nodeagent.clock import RealClock
 from nodeagent.containerlogs.http import LOGS, routes
+from nodeagent.containerlogs.rotation import RotationManager, RotationPolicy
 from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.testing.pods import container
 
@@ -158,3 +160,50 @@ async def test_previous_reads_the_instance_before_a_restart(logs: Logs) -> None:
     status, current = await logs.get("flappy")
     assert status == 200
     assert current.startswith("started at ") and current != previous
+
+
+async def test_a_100mb_writer_is_rotated_at_10mib_keeping_5_files(logs: Logs) -> None:
+    # 1,000,000 numbered lines of 100 bytes, ~3 MB/s: rotations every few checks
+    script = (
+        "awk 'BEGIN { for (i = 1; i <= 1000000; i++) {"
+        ' printf "%08d %090s\\n", i, "x"; if (i % 30000 == 0) system("sleep 1") } }\';'
+        " sleep 3600"
+    )
+    uid = logs.node.create(
+        "chatty", containers=[container("app", image=BUSYBOX_IMAGE, command=["sh", "-c", script])]
+    )
+    await until("Running", running(logs, "chatty"), within=30)
+    policy = RotationPolicy(max_size=10 * 2**20, max_files=5, interval=3.0)
+    manager = RotationManager(
+        runtime=logs.node.managers.connection, clock=RealClock(), policy=policy
+    )
+    task = asyncio.create_task(manager.run())
+    try:
+
+        async def last_line() -> bool:
+            status, text = await logs.get("chatty", tailLines="1")
+            return status == 200 and text.startswith("01000000 ")
+
+        await until("the millionth line", last_line, within=120, every=1)
+        # one more check so the final size is below the limit or rotated
+        await asyncio.sleep(policy.interval + 1)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    log_dir = Path(logs.node.settings.pod_logs_dir)
+    files = await asyncio.to_thread(lambda: sorted(log_dir.rglob("0.log*")))
+    names = [p.name for p in files]
+    assert manager.rotations >= 5, names
+    assert len(files) == 5, names
+    assert names[0] == "0.log"
+    rotated = names[1:]
+    assert all(n.endswith(".gz") for n in rotated[:-2]), names
+    assert not rotated[-1].endswith(".gz"), names
+    # what is left reads back in order, up to the last line
+    status, text = await logs.get("chatty")
+    assert status == 200
+    numbers = [int(line[:8]) for line in text.splitlines()]
+    assert numbers[-1] == 1_000_000
+    assert numbers == list(range(numbers[0], 1_000_001))
+    assert numbers[0] > 1  # the oldest files were removed
+    print(f"rotations: {manager.rotations}; kept {len(numbers)} lines in {names}; pod {uid}")
