@@ -16,6 +16,7 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "GracefulNodeShutdown": True,
         "GracefulNodeShutdownBasedOnPodPriority": True,
         "ImageMaximumGCAge": True,
+        "KubeletFineGrainedAuthz": True,
         "KubeletPSI": True,
         "NodeSwap": True,
         "RotateKubeletServerCertificate": True,

@@ -181,6 +181,30 @@ class RuntimeConnection:
     ) -> cri.ExecSyncResponse:
         return await (await self._c()).exec_sync(container_id, cmd, timeout_seconds)
 
+    async def exec(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    ) -> str:
+        return await (await self._c()).exec(
+            container_id, cmd, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
+        return await (await self._c()).attach(
+            container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+
+    async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int]) -> str:
+        return await (await self._c()).port_forward(pod_sandbox_id, ports)
+
     async def get_container_events(self) -> AsyncIterator[cri.ContainerEventResponse]:
         async for event in (await self._c()).get_container_events():
             yield event

@@ -340,6 +340,50 @@ class CriClient:
         deadline = self._timeout + timeout_seconds if timeout_seconds > 0 else None
         return await self._call(RUNTIME, "ExecSync", request, ExecSyncResponse, deadline=deadline)
 
+    # Streaming: the runtime answers with a URL on its own streaming server, which the
+    # kubelet API proxies the client's upgraded connection to.
+
+    async def exec(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    ) -> str:
+        request = api.ExecRequest(
+            container_id=container_id,
+            cmd=list(cmd),
+            tty=tty,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        response = await self._call(
+            RUNTIME, "Exec", request, api.ExecResponse, deadline=self._timeout
+        )
+        return str(response.url)
+
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
+        request = api.AttachRequest(
+            container_id=container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+        response = await self._call(
+            RUNTIME, "Attach", request, api.AttachResponse, deadline=self._timeout
+        )
+        return str(response.url)
+
+    async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int]) -> str:
+        request = api.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=list(ports))
+        response = await self._call(
+            RUNTIME, "PortForward", request, api.PortForwardResponse, deadline=self._timeout
+        )
+        return str(response.url)
+
     async def get_container_events(self) -> AsyncIterator[ContainerEventResponse]:
         method = self._method(RUNTIME, "GetContainerEvents", ContainerEventResponse, stream=True)
         call = method(api.GetEventsRequest())

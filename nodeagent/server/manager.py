@@ -1,0 +1,120 @@
+"""The server manager: serves the kubelet API (HTTPS, ``address:port``) and the plain
+``/healthz`` (``healthzBindAddress:healthzPort``) until cancelled.
+
+The serving pair comes from ``tlsCertFile``/``tlsPrivateKeyFile``, else the self-signed pair
+in ``<rootDir>/pki``. A listen failure (port taken, bad address) crashes the manager with the
+address in the message, as the kubelet exits when it cannot listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from aiohttp import web
+
+from nodeagent.clock import Clock
+from nodeagent.errors import AgentError
+from nodeagent.log import Logger, get_logger
+from nodeagent.server import tls
+
+SHUTDOWN_TIMEOUT: Final = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    address: str = "0.0.0.0"
+    port: int = 10250
+    healthz_address: str = "127.0.0.1"
+    healthz_port: int = 10248
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
+    client_ca_file: str = ""
+    pki_dir: Path = Path("/var/lib/nodeagent/pki")
+    hostname: str = "localhost"
+    node_ips: tuple[str, ...] = ()
+
+
+class ServerError(AgentError):
+    pass
+
+
+class KubeletServer:
+    def __init__(
+        self,
+        *,
+        settings: ServerSettings,
+        app: Callable[[], web.Application],
+        healthz_app: Callable[[], web.Application],
+        clock: Clock,
+        log: Logger | None = None,
+    ) -> None:
+        self._settings = settings
+        self._app = app
+        self._healthz_app = healthz_app
+        self._clock = clock
+        self._log = log or get_logger("server")
+        self.ssl_context: ssl.SSLContext | None = None
+        self.ready = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return "server"
+
+    def _serving_pair(self) -> tuple[Path, Path]:
+        s = self._settings
+        if s.tls_cert_file and s.tls_private_key_file:
+            return Path(s.tls_cert_file), Path(s.tls_private_key_file)
+        return tls.ensure_self_signed(s.pki_dir, s.hostname, s.node_ips, now=self._clock.now())
+
+    async def run(self) -> None:
+        s = self._settings
+        runners: list[web.AppRunner] = []
+        try:
+            cert, key = await asyncio.to_thread(self._serving_pair)
+            try:
+                self.ssl_context = tls.server_context(cert, key, client_ca_file=s.client_ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise ServerError(
+                    f"cannot load the serving certificate {cert} / key {key}: {e}"
+                ) from e
+            runners.append(
+                await self._serve(self._app(), s.address, s.port, self.ssl_context, "kubelet API")
+            )
+            if s.healthz_port:
+                runners.append(
+                    await self._serve(
+                        self._healthz_app(), s.healthz_address, s.healthz_port, None, "healthz"
+                    )
+                )
+            self.ready.set()
+            await asyncio.Event().wait()
+        finally:
+            self.ready.clear()
+            for runner in reversed(runners):
+                await asyncio.shield(runner.cleanup())
+
+    async def _serve(
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | None,
+        what: str,
+    ) -> web.AppRunner:
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            raise ServerError(f"cannot listen on {host}:{port} for the {what}: {e}") from e
+        self._log.info("Listening", what=what, address=f"{host}:{port}", tls=context is not None)
+        return runner
