@@ -333,13 +333,40 @@ class _Incoming:
                 self._transport.resume_reading()
 
 
+class _SplicedProtocol(asyncio.Protocol):
+    """Stands in for aiohttp's request handler on the transport after the switch: bytes and
+    EOF go to the proxy; loss of the connection and write flow control still reach aiohttp
+    (its writer drains on them, and it must learn the connection is gone)."""
+
+    def __init__(self, incoming: _Incoming, original: asyncio.BaseProtocol) -> None:
+        self._incoming = incoming
+        self._original = original
+
+    def data_received(self, data: bytes) -> None:
+        self._incoming.feed(data)
+
+    def eof_received(self) -> bool:
+        self._incoming.eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._incoming.eof()
+        self._original.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._original.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._original.resume_writing()
+
+
 def _take_over(request: web.Request) -> _Incoming:
     """Route the connection's further bytes to the proxy instead of aiohttp's HTTP parser.
 
-    aiohttp's request handler is an ``asyncio.Protocol``: shadowing ``data_received`` and
-    ``eof_received`` on the instance diverts what the transport delivers from now on. The
-    client sends nothing before it has the ``101`` (both protocols wait for it), and a
-    WebSocket's early bytes that aiohttp kept as the upgrade's tail are taken first."""
+    ``transport.set_protocol`` puts a :class:`_SplicedProtocol` in front of aiohttp's
+    request handler. The client sends nothing before it has the ``101`` (both protocols wait
+    for it); a WebSocket's early bytes that aiohttp kept as the upgrade's tail are taken
+    first."""
     protocol: Any = request.protocol
     transport = request.transport
     assert transport is not None
@@ -348,19 +375,7 @@ def _take_over(request: web.Request) -> _Incoming:
     if tail:
         incoming.feed(bytes(tail))
         protocol._message_tail = b""
-    original_lost = protocol.connection_lost
-
-    def connection_lost(exc: BaseException | None) -> None:
-        incoming.eof()
-        original_lost(exc)
-
-    def eof_received() -> bool:
-        incoming.eof()
-        return False
-
-    protocol.data_received = incoming.feed
-    protocol.eof_received = eof_received
-    protocol.connection_lost = connection_lost
+    transport.set_protocol(_SplicedProtocol(incoming, protocol))
     return incoming
 
 

@@ -131,6 +131,8 @@ def apiserver_argv(
         f"--client-ca-file={pki.ca.pair.cert}",
         f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
         f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+        # As kubeadm: dial a node's IP (a node's Hostname address need not resolve).
+        "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
         f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
         f"--proxy-client-key-file={pki.front_proxy_client.key}",
         f"{rh}-client-ca-file={pki.front_proxy_ca.pair.cert}",

@@ -1,0 +1,265 @@
+"""The kubelet API on a nodeagent node (issue 12), through the real control plane and
+containerd: what ``kubectl exec/attach/port-forward/cp`` users see, the 401/403 answers of the
+node's own port, and the plain ``/healthz``.
+
+The whole agent runs as ``make up`` runs it (x509 client CA, webhook authentication and
+authorization) on free ports; the apiserver reaches it at the node's InternalIP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import select
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from agentproc import AgentNode, agent_node, wait_ready
+from harness.controlplane import ControlPlane
+from harness.fixtures_runtime import RuntimeEnv
+from harness.images import BUSYBOX_IMAGE
+from podnode import until
+
+pytestmark = pytest.mark.integration
+
+POD = "streams"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pod_body(namespace: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "web",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": [
+                        "sh",
+                        "-c",
+                        "echo hello-from-httpd > /var/www/index.html;"
+                        " exec httpd -f -p 8080 -h /var/www",
+                    ],
+                },
+                {
+                    "name": "talker",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "while true; do echo tick; sleep 0.5; done"],
+                },
+            ],
+        },
+    }
+
+
+def https_get(port: int, path: str, token: str | None = None) -> tuple[int, str]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def kubectl_argv(control_plane: ControlPlane, *args: str) -> list[str]:
+    return [
+        str(control_plane.kubectl_path),
+        f"--kubeconfig={control_plane.admin_kubeconfig}",
+        *args,
+    ]
+
+
+def configure(node: AgentNode, control_plane: ControlPlane, port: int, healthz: int) -> None:
+    settings = yaml.safe_load(node.config.read_text())
+    settings["kubelet"].update(
+        {
+            "port": port,
+            "healthzPort": healthz,
+            "authentication": {
+                "x509": {"clientCAFile": str(control_plane.ca_path)},
+                "webhook": {"enabled": True},
+                "anonymous": {"enabled": False},
+            },
+            "authorization": {"mode": "Webhook"},
+        }
+    )
+    node.config.write_text(yaml.safe_dump(settings))
+
+
+def exec_tty(control_plane: ControlPlane, namespace: str, script: str) -> tuple[int, str]:
+    """``kubectl exec -it`` on a pseudo-terminal, as a user at a shell; (exit code, output)."""
+    master, slave = pty.openpty()
+    argv = kubectl_argv(
+        control_plane, "exec", "-it", "-n", namespace, POD, "-c", "web", "--", "sh", "-c", script
+    )
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=10), out.decode(errors="replace")
+
+
+def http_get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return None
+
+
+def attach_output(control_plane: ControlPlane, namespace: str, seconds: float) -> str:
+    """What ``kubectl attach`` prints of the talker container in ``seconds``."""
+    attach = subprocess.Popen(
+        kubectl_argv(control_plane, "attach", "-n", namespace, POD, "-c", "talker"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(seconds)
+    attach.terminate()
+    out, err = attach.communicate(timeout=10)
+    return out.decode() + err.decode()
+
+
+def get_through_port_forward(control_plane: ControlPlane, namespace: str) -> str | None:
+    """``kubectl port-forward`` to the pod's httpd, then one GET through it."""
+    local = free_port()
+    forward = subprocess.Popen(
+        kubectl_argv(control_plane, "port-forward", "-n", namespace, f"pod/{POD}", f"{local}:8080"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            page = http_get(f"http://127.0.0.1:{local}/")
+            if page is not None:
+                return page
+            time.sleep(0.5)
+        return None
+    finally:
+        forward.terminate()
+        forward.communicate(timeout=10)
+
+
+async def test_kubectl_streams_and_the_node_port(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        kubectl = control_plane.kubectl
+        kubectl("create", "-f", "-", input=json.dumps(pod_body(ns, node.name)))
+
+        def running() -> bool:
+            pod = control_plane.get_json("pod", "-n", ns, POD)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return len(statuses) == 2 and all("running" in s.get("state", {}) for s in statuses)
+
+        await until("the pod running", running, within=60, every=0.5, explain=node.log_tail)
+
+        # The plain healthz port, without credentials.
+        assert await asyncio.to_thread(http_get, f"http://127.0.0.1:{healthz}/healthz") == "ok"
+
+        # No credentials: 401, also on /pods.
+        assert https_get(port, "/pods") == (401, "Unauthorized\n")
+        assert https_get(port, "/exec/x/y/z", token="not-a-token") == (401, "Unauthorized\n")
+
+        # A ServiceAccount token without nodes/proxy: 403 with the kubelet's text.
+        kubectl("create", "serviceaccount", "reader", "-n", ns)
+        token = kubectl("create", "token", "reader", "-n", ns).stdout.strip()
+        code, body = https_get(port, "/containerLogs/x/y/z", token=token)
+        assert (code, body) == (
+            403,
+            f"Forbidden (user=system:serviceaccount:{ns}:reader, verb=get, resource=nodes,"
+            " subresource=proxy)\n",
+        )
+
+        # The apiserver's own client (x509, system:masters) reads /pods, /healthz, /configz.
+        raw = f"/api/v1/nodes/{node.name}/proxy"
+        pods = json.loads(kubectl("get", "--raw", f"{raw}/pods").stdout)
+        assert pods["kind"] == "PodList"
+        assert POD in {p["metadata"]["name"] for p in pods["items"]}
+        assert kubectl("get", "--raw", f"{raw}/healthz/syncloop").stdout == "ok"
+        configz = json.loads(kubectl("get", "--raw", f"{raw}/configz").stdout)
+        assert configz["kubeletconfig"]["port"] == port
+        metrics = kubectl("get", "--raw", f"{raw}/metrics").stdout
+        assert "process_resident_memory_bytes" in metrics
+
+        # exec: stdout, stderr and the exit code.
+        done = kubectl(
+            "exec", "-n", ns, POD, "-c", "web", "--",
+            "sh", "-c", "echo out; echo err >&2; exit 7",
+            check=False,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout) == (7, "out\n"), done.stderr
+        assert "err" in done.stderr
+
+        # exec with stdin.
+        done = kubectl("exec", "-i", "-n", ns, POD, "-c", "web", "--", "wc", "-c", input="abcdef")
+        assert done.stdout.strip() == "6"
+
+        # exec -it through a pseudo-terminal: the command has a TTY.
+        code, out = await asyncio.to_thread(
+            exec_tty, control_plane, ns, "test -t 0 && echo TTY-YES; exit 3"
+        )
+        assert code == 3, out
+        assert "TTY-YES" in out
+
+        # attach: the running container's output.
+        out = await asyncio.to_thread(attach_output, control_plane, ns, 3.0)
+        assert "tick" in out
+
+        # port-forward, then an HTTP GET through it.
+        page = await asyncio.to_thread(get_through_port_forward, control_plane, ns)
+        assert page == "hello-from-httpd\n"
+
+        # cp both ways (exec + tar).
+        src = tmp_path / "payload.txt"
+        src.write_bytes(os.urandom(200_000).hex().encode())
+        kubectl("cp", "-c", "web", str(src), f"{ns}/{POD}:/tmp/payload.txt")
+        done = kubectl("exec", "-n", ns, POD, "-c", "web", "--", "wc", "-c", "/tmp/payload.txt")
+        assert done.stdout.split()[0] == str(src.stat().st_size)
+        back = tmp_path / "back.txt"
+        kubectl("cp", "-c", "web", f"{ns}/{POD}:/tmp/payload.txt", str(back))
+        assert back.read_bytes() == src.read_bytes()
