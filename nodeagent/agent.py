@@ -23,6 +23,8 @@ from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
 from nodeagent.config import Config
 from nodeagent.containerlogs import http as logs_http
+from nodeagent.containerlogs import nodelogs
+from nodeagent.containerlogs.nodelogs import NodeLogSettings
 from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
 from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
@@ -215,8 +217,8 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
 def _api_extensions(
     config: Config, *, pods: PodManagers, clock: Clock, node_name: str
 ) -> list[Extension]:
-    """What the kubelet API serves besides the server's own endpoints: container logs and
-    the stats (``/stats/summary``, ``/metrics/resource``)."""
+    """What the kubelet API serves besides the server's own endpoints: container logs, the
+    stats (``/stats/summary``, ``/metrics/resource``) and the node's logs (``/logs/``)."""
     logs = ContainerLogs(runtime=pods.connection, pods=pods.pod, clock=clock)
     stats = host_stats_provider(
         runtime=pods.connection, clock=clock, node_name=node_name, fs_path=config.node.root_dir
@@ -228,9 +230,18 @@ def _api_extensions(
     def install_stats(app: web.Application) -> None:
         app[stats_http.STATS] = stats
 
+    node_logs = NodeLogSettings(
+        enabled=config.kubelet.enable_system_log_handler,
+        query_enabled=config.kubelet.enable_system_log_query,
+    )
+
+    def install_node_logs(app: web.Application) -> None:
+        app[nodelogs.NODE_LOGS] = node_logs
+
     return [
         Extension(routes=logs_http.routes, install=install_logs),
         Extension(routes=stats_http.routes, install=install_stats),
+        Extension(routes=nodelogs.routes, install=install_node_logs),
     ]
 
 

@@ -137,6 +137,10 @@ class KubeletConfiguration(Section, frozen=True):
     enable_system_log_handler: Annotated[
         bool, doc("Serve the node's `/var/log` on the kubelet API at `/logs/`.")
     ] = True
+    enable_system_log_query: Annotated[
+        bool,
+        doc("Answer `/logs/?query=<unit>` from the journal (needs `enableSystemLogHandler`)."),
+    ] = False
     # --- server ---------------------------------------------------------------------------
     address: Annotated[str, doc("IP the kubelet API listens on.")] = "0.0.0.0"
     port: Annotated[int, doc("Port of the kubelet API (HTTPS).")] = 10250

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import socket
 import subprocess
 import time
@@ -195,3 +196,11 @@ async def test_kubectl_logs_and_stats_through_the_control_plane(
         metrics = kubectl("get", "--raw", f"{raw}/metrics/resource").stdout
         assert f'container_memory_working_set_bytes{{container="ticker",namespace="{ns}"' in metrics
         assert "\nresource_scrape_error 0\n" in metrics
+
+        # the node's /var/log, and the journal query refused until enabled
+        listing = kubectl("get", "--raw", f"{raw}/logs/").stdout
+        assert "<pre>" in listing
+        assert all(f'href="{n}' in listing for n in os.listdir("/var/log")[:5])
+        done = kubectl("get", "--raw", f"{raw}/logs/?query=containerd", check=False)
+        assert done.returncode != 0
+        assert "enableSystemLogQuery" in done.stderr
