@@ -341,6 +341,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         pki_dir=node.pki_dir,
         pods=pods,
         extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
+        get_node=lambda: node_cache.get(node.node_name),
     )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),

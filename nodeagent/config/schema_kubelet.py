@@ -144,6 +144,9 @@ class KubeletConfiguration(Section, frozen=True):
     # --- server ---------------------------------------------------------------------------
     address: Annotated[str, doc("IP the kubelet API listens on.")] = "0.0.0.0"
     port: Annotated[int, doc("Port of the kubelet API (HTTPS).")] = 10250
+    read_only_port: Annotated[
+        int, doc("Unauthenticated read-only port; 0 (off) is the only value nodeagent accepts.")
+    ] = 0
     healthz_port: Annotated[int, doc("Port of `/healthz`; 0 disables it.")] = 10248
     healthz_bind_address: Annotated[str, doc("IP `/healthz` listens on.")] = "127.0.0.1"
     tls_cert_file: Annotated[str, doc("Serving certificate; empty means self-signed.")] = ""

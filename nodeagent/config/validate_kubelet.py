@@ -90,6 +90,13 @@ def _periods(k: KubeletConfiguration, out: Findings) -> None:
 
 def _server(k: KubeletConfiguration, out: Findings) -> None:
     out.in_range(_p("port"), k.port, 1, 65535)
+    if k.read_only_port != 0:
+        out.add(
+            _p("readOnlyPort"),
+            f"{k.read_only_port} is not supported: nodeagent serves no unauthenticated port"
+            " (pods and stats are on the authenticated `port`); leave it 0",
+            k.read_only_port,
+        )
     if k.healthz_port != 0 and not 1 <= k.healthz_port <= 65535:
         out.add(
             _p("healthzPort"),

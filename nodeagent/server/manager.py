@@ -1,9 +1,11 @@
 """The server manager: serves the kubelet API (HTTPS, ``address:port``) and the plain
 ``/healthz`` (``healthzBindAddress:healthzPort``) until cancelled.
 
-The serving pair comes from ``tlsCertFile``/``tlsPrivateKeyFile``, else the self-signed pair
-in ``<rootDir>/pki``. A listen failure (port taken, bad address) crashes the manager with the
-address in the message, as the kubelet exits when it cannot listen.
+The serving pair comes from ``tlsCertFile``/``tlsPrivateKeyFile``, else, with
+``serverTLSBootstrap``, from the cluster's kubelet-serving signer (HTTPS starts once it is
+issued; ``/healthz`` does not wait), else the self-signed pair in ``<rootDir>/pki``. A listen
+failure (port taken, bad address) crashes the manager with the address in the message, as the
+kubelet exits when it cannot listen.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from nodeagent.clock import Clock
 from nodeagent.errors import AgentError
 from nodeagent.log import Logger, get_logger
 from nodeagent.server import tls
+from nodeagent.server.servingcert import ServingCertificate
 
 SHUTDOWN_TIMEOUT: Final = 1.0
 
@@ -51,12 +54,14 @@ class KubeletServer:
         app: Callable[[], web.Application],
         healthz_app: Callable[[], web.Application],
         clock: Clock,
+        serving: ServingCertificate | None = None,
         log: Logger | None = None,
     ) -> None:
         self._settings = settings
         self._app = app
         self._healthz_app = healthz_app
         self._clock = clock
+        self._serving = serving
         self._log = log or get_logger("server")
         self.ssl_context: ssl.SSLContext | None = None
         self.ready = asyncio.Event()
@@ -75,23 +80,33 @@ class KubeletServer:
         s = self._settings
         runners: list[web.AppRunner] = []
         try:
-            cert, key = await asyncio.to_thread(self._serving_pair)
-            try:
-                self.ssl_context = tls.server_context(cert, key, client_ca_file=s.client_ca_file)
-            except (OSError, ssl.SSLError) as e:
-                raise ServerError(
-                    f"cannot load the serving certificate {cert} / key {key}: {e}"
-                ) from e
-            runners.append(
-                await self._serve(self._app(), s.address, s.port, self.ssl_context, "kubelet API")
-            )
             if s.healthz_port:
                 runners.append(
                     await self._serve(
                         self._healthz_app(), s.healthz_address, s.healthz_port, None, "healthz"
                     )
                 )
+            if self._serving is not None:
+                # serverTLSBootstrap: no HTTPS until the cluster has signed our certificate.
+                path = await self._serving.obtain()
+                cert, key = path, path
+            else:
+                cert, key = await asyncio.to_thread(self._serving_pair)
+            try:
+                context = tls.server_context(cert, key, client_ca_file=s.client_ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise ServerError(
+                    f"cannot load the serving certificate {cert} / key {key}: {e}"
+                ) from e
+            self.ssl_context = context
+            runners.append(
+                await self._serve(self._app(), s.address, s.port, context, "kubelet API")
+            )
             self.ready.set()
+            if self._serving is not None:
+                await self._serving.rotate_forever(
+                    lambda p: context.load_cert_chain(p, p)  # new handshakes use it
+                )
             await asyncio.Event().wait()
         finally:
             self.ready.clear()

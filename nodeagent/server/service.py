@@ -22,6 +22,7 @@ from nodeagent.server.auth import (
 )
 from nodeagent.server.endpoints import Dependencies, sync_loop_check
 from nodeagent.server.manager import KubeletServer, ServerSettings
+from nodeagent.server.servingcert import ServingCertificate, node_addresses
 from nodeagent.server.streaming import StreamingDeps
 
 KUBELET_CONFIG_API_VERSION = "kubelet.config.k8s.io/v1beta1"
@@ -69,6 +70,7 @@ def server_manager(
     node_ips: Sequence[str],
     pki_dir: Any,
     pods: PodManagers,
+    get_node: Callable[[], dict[str, Any] | None] = lambda: None,
     extensions: Sequence[Extension] = (),
 ) -> KubeletServer:
     k = config.kubelet
@@ -129,6 +131,21 @@ def server_manager(
         started()
         return build_app(auth=auth, deps=deps, stream=stream, extensions=extensions)
 
+    serving = None
+    if k.server_tls_bootstrap and not (k.tls_cert_file and k.tls_private_key_file):
+        if api is None:
+            raise ValueError("serverTLSBootstrap needs an API server (no kubeconfig)")
+        serving = ServingCertificate(
+            api=api,
+            clock=clock,
+            node_name=node_name,
+            pki_dir=pki_dir,
+            addresses=lambda: node_addresses(get_node()),
+        )
     return KubeletServer(
-        settings=settings, app=app, healthz_app=lambda: build_healthz_app(deps), clock=clock
+        settings=settings,
+        app=app,
+        healthz_app=lambda: build_healthz_app(deps),
+        clock=clock,
+        serving=serving,
     )

@@ -268,6 +268,14 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
 
 async def proxy_upgrade(request: web.Request, url: str) -> web.StreamResponse:
     host, port, head = upstream_request(request, url)
+    _log.v(2).info(
+        "Streaming",
+        path=request.path,
+        method=request.method,
+        upgrade=request.headers.get("Upgrade", ""),
+        protocols=request.headers.get("Sec-WebSocket-Protocol", "")
+        or request.headers.get("X-Stream-Protocol-Version", ""),
+    )
     try:
         reader, writer = await asyncio.open_connection(host, port)
     except OSError as e:

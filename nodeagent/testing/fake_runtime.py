@@ -183,6 +183,9 @@ class FakeRuntime(_FakeImages):
         self.stop_exit_code = 137
         self.grace_periods: dict[str, int] = {}  # StopContainer timeouts received
         self.exec_handler = exec_handler or (lambda _cid, _cmd: cri.ExecSyncResponse(exit_code=0))
+        # Streaming: the URL Exec/Attach/PortForward answer, and the requests they got.
+        self.streaming_url = "http://127.0.0.1:1/stream"
+        self.streaming_requests: list[tuple[str, dict[str, object]]] = []
         self._sandboxes: dict[str, _Sandbox] = {}
         self._containers: dict[str, _Container] = {}
         self._ids = itertools.count(1)
@@ -575,6 +578,48 @@ class FakeRuntime(_FakeImages):
                 )
             )
         return out
+
+    async def exec(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    ) -> str:
+        self._enter("Exec")
+        self._container(container_id, rpc="Exec")
+        self.streaming_requests.append(
+            (
+                "Exec",
+                {"container_id": container_id, "cmd": list(cmd), "tty": tty, "stdin": stdin,
+                 "stdout": stdout, "stderr": stderr},
+            )
+        )  # fmt: skip
+        return self.streaming_url
+
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
+        self._enter("Attach")
+        self._container(container_id, rpc="Attach")
+        self.streaming_requests.append(
+            (
+                "Attach",
+                {"container_id": container_id, "tty": tty, "stdin": stdin, "stdout": stdout,
+                 "stderr": stderr},
+            )
+        )  # fmt: skip
+        return self.streaming_url
+
+    async def port_forward(self, pod_sandbox_id: str, ports: Sequence[int]) -> str:
+        self._enter("PortForward")
+        self.streaming_requests.append(
+            ("PortForward", {"pod_sandbox_id": pod_sandbox_id, "ports": list(ports)})
+        )
+        return self.streaming_url
 
     async def get_container_events(self) -> AsyncIterator[cri.ContainerEventResponse]:
         self._enter("GetContainerEvents")

@@ -55,7 +55,9 @@ def node_name() -> str:
     return socket.gethostname().split(".")[0].lower()
 
 
-def _config(directory: Path, *, kubeconfig: Path, runtime_endpoint: str | None) -> Path:
+def _config(
+    directory: Path, *, kubeconfig: Path, runtime_endpoint: str | None, client_ca: Path
+) -> Path:
     versions = load_versions()
     kubelet: dict[str, Any] = {
         "clusterDNS": [versions.cluster_dns_ip],
@@ -64,6 +66,16 @@ def _config(directory: Path, *, kubeconfig: Path, runtime_endpoint: str | None) 
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,
         "failSwapOn": False,
+        # The kubelet API as kubeadm sets it up: client certificates from the cluster CA
+        # (the apiserver's), bearer tokens through TokenReview, SubjectAccessReview, and a
+        # serving certificate from the cluster's kubelet-serving signer (approved below).
+        "authentication": {
+            "x509": {"clientCAFile": str(client_ca)},
+            "webhook": {"enabled": True},
+            "anonymous": {"enabled": False},
+        },
+        "authorization": {"mode": "Webhook"},
+        "serverTLSBootstrap": True,
     }
     if runtime_endpoint:
         kubelet["containerRuntimeEndpoint"] = runtime_endpoint
@@ -102,7 +114,10 @@ def ensure(
     node_dir = directory / "node"
     node_dir.mkdir(parents=True, exist_ok=True)
     config = _config(
-        node_dir, kubeconfig=plane.node_kubeconfig(name), runtime_endpoint=runtime_endpoint
+        node_dir,
+        kubeconfig=plane.node_kubeconfig(name),
+        runtime_endpoint=runtime_endpoint,
+        client_ca=plane.ca_path,
     )
     route_services_locally(load_versions().service_cidr)
     argv = [sys.executable, "-m", "nodeagent", "run", "--config", str(config)]
@@ -127,7 +142,43 @@ def ensure(
         f"node {name} registered; Ready={ready.get('status', 'Unknown')}"
         + (f" ({ready.get('message')})" if ready.get("status") != "True" else "")
     )
+    approve_serving_csr(plane, name, proc, issued=node_dir / "root" / "pki" / SERVING_PAIR)
     return record
+
+
+SERVING_PAIR = "kubelet-server-current.pem"
+
+
+def approve_serving_csr(
+    plane: ControlPlane, name: str, proc: processes.Proc, *, issued: Path
+) -> None:
+    """Approve the node's kubelet-serving CSR (no controller approves those) once it is
+    there; the controller-manager then signs it and the node starts serving HTTPS. A node
+    that kept its issued pair from an earlier run asks for nothing."""
+    deadline = time.monotonic() + REGISTER_TIMEOUT
+    while not issued.exists():
+        listing = json.loads(plane.kubectl("get", "csr", "-o", "json").stdout)
+        for item in listing.get("items", []):
+            spec, status = item.get("spec", {}), item.get("status", {})
+            if (
+                spec.get("signerName") == "kubernetes.io/kubelet-serving"
+                and spec.get("username") == f"system:node:{name}"
+                and not status.get("conditions")
+            ):
+                csr = item["metadata"]["name"]
+                plane.kubectl("certificate", "approve", csr)
+                say(f"approved the node's serving certificate request {csr}")
+                return
+            if (
+                spec.get("signerName") == "kubernetes.io/kubelet-serving"
+                and spec.get("username") == f"system:node:{name}"
+                and status.get("certificate")
+            ):
+                return  # an earlier run's, still in use
+        if not proc.alive() or time.monotonic() > deadline:
+            say(f"no serving certificate request from node {name}: kubectl logs/exec will fail")
+            return
+        time.sleep(0.5)
 
 
 def stop(record: dict[str, Any] | None) -> None:

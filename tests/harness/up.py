@@ -23,6 +23,7 @@ from harness import node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.controlplane import (
     ControlPlane,
+    Layout,
     all_running,
     attach,
     start_control_plane,
@@ -35,7 +36,8 @@ NODE_NOTE = (
     "bound to it (local images: localhost/busybox:latest and localhost/pause:latest with "
     "imagePullPolicy IfNotPresent, or <registry>/busybox:latest from the local registry) and "
     "programs Services into nftables (table `ip nodeagent`: ClusterIPs and NodePorts work from "
-    "this host and from pods); no volumes or probes yet"
+    "this host and from pods); `kubectl exec/attach/port-forward/cp` reach it on :10250 (its "
+    "serving certificate signed by the cluster CA); no volumes or probes yet"
 )
 
 
@@ -114,11 +116,16 @@ def up() -> int:
                 directory.mkdir(parents=True)
             say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler ...")
             started = time.monotonic()
+            cluster = directory / "cluster"
+            cluster_ca = Layout(root=cluster, log_dir=directory / "logs").pki / "ca.crt"
             plane = start_control_plane(
                 binaries=binaries,
-                root=directory / "cluster",
+                root=cluster,
                 log_dir=directory / "logs",
                 detached=True,
+                # The apiserver verifies the node's serving certificate (kubelet-serving
+                # signer, approved by node_up) against the cluster CA.
+                apiserver_extra_args=[f"--kubelet-certificate-authority={cluster_ca}"],
             )
             took = time.monotonic() - started
             state = {"control_plane": plane.state(), "started_seconds": round(took, 1)}

@@ -34,6 +34,7 @@ import yaml
 from harness import cni, netns, netsafety, processes
 from harness.containerd import Containerd, ContainerdConfig, start_containerd, stop_containerd
 from harness.controlplane import ControlPlane
+from harness.controlplane_args import free_port
 from harness.images import BUSYBOX_IMAGE, BuiltImage
 from podnode import remove_cgroup_tree, until
 
@@ -116,6 +117,10 @@ def agent_config(
         },
         "kubelet": {
             "containerRuntimeEndpoint": endpoint,
+            # The kubelet API on free ports: a `make up` node (or a second agent) may hold
+            # 10250/10248, and an agent that cannot listen exits as the kubelet does.
+            "port": free_port(),
+            "healthzPort": free_port(),
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": f"/{cgroup_root}",
             "podLogsDir": str(tmp_path / "pods"),

@@ -22,9 +22,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from agentproc import AgentNode, agent_node, wait_ready
+from harness import node_up
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
@@ -263,3 +265,108 @@ async def test_kubectl_streams_and_the_node_port(
         back = tmp_path / "back.txt"
         kubectl("cp", "-c", "web", f"{ns}/{POD}:/tmp/payload.txt", str(back))
         assert back.read_bytes() == src.read_bytes()
+
+
+def serving_cert_subject(port: int, ca: Path, ip: str) -> dict[str, Any]:
+    """The serving certificate of the node's port, verified against ``ca`` for ``ip``."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=ip) as tls,
+    ):
+        cert: dict[str, Any] = tls.getpeercert() or {}
+    return cert
+
+
+async def test_server_tls_bootstrap_serves_the_cluster_signed_certificate(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        settings = yaml.safe_load(node.config.read_text())
+        settings["kubelet"]["serverTLSBootstrap"] = True
+        node.config.write_text(yaml.safe_dump(settings))
+        proc = node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        # /healthz does not wait for the certificate.
+        assert await asyncio.to_thread(http_get, f"http://127.0.0.1:{healthz}/healthz") == "ok"
+
+        def pending() -> dict[str, Any] | None:
+            for csr in control_plane.get_json("csr")["items"]:
+                if (
+                    csr["spec"].get("username") == f"system:node:{node.name}"
+                    and csr["spec"].get("signerName") == "kubernetes.io/kubelet-serving"
+                ):
+                    return dict(csr)
+            return None
+
+        csr = await until("the serving CSR", pending, within=30, every=0.5, explain=node.log_tail)
+        assert set(csr["spec"]["usages"]) == {"digital signature", "server auth"}
+        await asyncio.to_thread(node_up.approve_serving_csr, control_plane, node.name, proc,
+                                issued=tmp_path / "none")  # fmt: skip
+        addresses = control_plane.get_json("node", node.name)["status"]["addresses"]
+        ip = next(a["address"] for a in addresses if a["type"] == "InternalIP")
+
+        def served() -> dict[str, Any] | None:
+            try:
+                return serving_cert_subject(port, control_plane.ca_path, ip)
+            except OSError:
+                return None
+
+        cert = await until("HTTPS with the issued certificate", served, within=30, every=0.5,
+                           explain=node.log_tail)  # fmt: skip
+        assert (("commonName", f"system:node:{node.name}"),) in cert["subject"]
+        assert ("IP Address", ip) in cert["subjectAltName"]
+        # The apiserver's client still gets in (and would verify it with the cluster CA).
+        raw = f"/api/v1/nodes/{node.name}/proxy/healthz"
+        assert control_plane.kubectl("get", "--raw", raw).stdout == "ok"
+        control_plane.kubectl("delete", "csr", csr["metadata"]["name"], check=False)
+
+
+async def websocket_exec(port: int, control_plane: ControlPlane, path: str) -> dict[int, bytes]:
+    """A WebSocket exec straight to the node's port (as a v5.channel.k8s.io client), with the
+    apiserver's client certificate; the bytes received per channel."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    pair = control_plane.pki.apiserver_kubelet_client
+    context.load_cert_chain(pair.cert, pair.key)
+    channels: dict[int, bytes] = {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(
+            f"wss://127.0.0.1:{port}{path}",
+            protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"),
+            ssl=context,
+        ) as ws,
+    ):
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data:
+                channels[msg.data[0]] = channels.get(msg.data[0], b"") + msg.data[1:]
+    return channels
+
+
+async def test_websocket_exec_straight_to_the_node(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(pod_body(ns, node.name)))
+
+        def running() -> bool:
+            pod = control_plane.get_json("pod", "-n", ns, POD)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            return any("running" in s.get("state", {}) for s in statuses)
+
+        await until("the pod running", running, within=60, every=0.5, explain=node.log_tail)
+        query = "command=sh&command=-c&command=echo+ws-hello%3B+exit+4&output=1&error=1"
+        channels = await websocket_exec(port, control_plane, f"/exec/{ns}/{POD}/web?{query}")
+        assert channels.get(1) == b"ws-hello\n"
+        status = json.loads(channels[3])
+        assert status["status"] == "Failure"
+        assert status["details"]["causes"][0] == {"reason": "ExitCode", "message": "4"}

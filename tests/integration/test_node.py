@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.controlplane_args import free_port
 
 from nodeagent.apiserver import (
     NODES,
@@ -465,6 +466,8 @@ async def test_nodeagent_run_as_a_process_registers_reports_status_and_stops_cle
                 },
                 "kubelet": {
                     "failCgroupV1": False,  # this host may be cgroup v1
+                    "port": free_port(),  # a `make up` node may hold 10250
+                    "healthzPort": free_port(),
                     "rotateCertificates": True,
                     "registerWithTaints": [
                         {"key": "dedicated", "value": "proc", "effect": "NoSchedule"}

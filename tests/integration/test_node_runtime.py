@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from harness.controlplane import ControlPlane
+from harness.controlplane_args import free_port
 from harness.fixtures_runtime import RuntimeEnv
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,12 @@ def test_from_a_bootstrap_token_the_node_is_ready_when_containerd_answers(
                     "rootDir": str(tmp_path / "root"),
                 },
                 # failCgroupV1: this host may be cgroup v1
-                "kubelet": {"containerRuntimeEndpoint": containerd.endpoint, "failCgroupV1": False},
+                "kubelet": {
+                    "containerRuntimeEndpoint": containerd.endpoint,
+                    "failCgroupV1": False,
+                    "port": free_port(),  # a `make up` node may hold 10250
+                    "healthzPort": free_port(),
+                },
                 "proxy": {"enabled": False},  # the host's root netns is not this test's
             }
         )

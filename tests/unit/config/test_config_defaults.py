@@ -152,6 +152,7 @@ KUBELET_CONFIGURATION_NAMES = {
     "fileCheckFrequency",
     "address",
     "port",
+    "readOnlyPort",
     "healthzPort",
     "healthzBindAddress",
     "staticPodPath",

@@ -43,6 +43,13 @@ BAD_FILES = [
         "between 1 and 65535",
     ),
     (
+        "read-only port on",
+        "kubelet:\n  readOnlyPort: 10255\n",
+        "kubelet.readOnlyPort",
+        10255,
+        "nodeagent serves no unauthenticated port",
+    ),
+    (
         "healthz port out of range",
         "kubelet:\n  healthzPort: -1\n",
         "kubelet.healthzPort",
