@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 from harness import kubeconfig
 from harness.build import ensure_metrics_server
+from harness.containerd import CTR
 from harness.controlplane import ControlPlane
 from harness.images import oci
 from harness.versions import load_versions
@@ -231,3 +233,24 @@ def remove(plane: ControlPlane) -> None:
     """Delete what ``deploy`` applied."""
     body = {"apiVersion": "v1", "kind": "List", "items": manifests(node_name="x")}
     plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=json.dumps(body))
+
+
+def up(plane: ControlPlane, *, node_name: str, containerd_socket: Path, work_dir: Path) -> None:
+    """``make up``'s step: deploy on the node; a failure is reported, not fatal (the cluster
+    is usable without ``kubectl top``)."""
+
+    def import_image(tarball: Path) -> None:
+        argv = [CTR, "--address", str(containerd_socket), "--namespace", "k8s.io"]
+        argv += ["images", "import", "--snapshotter", "overlayfs", str(tarball)]
+        subprocess.run(argv, check=True, capture_output=True, timeout=300)
+
+    try:
+        deploy(plane, node_name=node_name, import_image=import_image, work_dir=work_dir)
+    except (OSError, RuntimeError, subprocess.SubprocessError, SystemExit) as e:
+        print(f">>> metrics-server not deployed ({e}); kubectl top will not work", flush=True)
+        return
+    print(
+        f">>> metrics-server {load_versions().metrics_server} deployed on {node_name}"
+        " (kubectl top node/pod answer after its first two scrapes, ~30s)",
+        flush=True,
+    )
