@@ -42,7 +42,12 @@ async def container_logs(request: web.Request) -> web.StreamResponse:
     response.content_type = "text/plain"
     response.charset = "utf-8"
     await response.prepare(request)
-    stream = logs.read(target, options)
+
+    def client_alive() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    stream = logs.read(target, options, client_alive=client_alive)
     try:
         async for chunk in stream:
             await response.write(chunk)

@@ -117,8 +117,11 @@ async def read_log(
     options: LogOptions,
     *,
     running: Callable[[], Awaitable[bool]],
+    client_alive: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[bytes]:
-    """The log of one container instance, as the client sees it."""
+    """The log of one container instance, as the client sees it. A follower also ends when
+    ``client_alive()`` turns false (asked while the log is idle: a client that went away
+    while nothing was written)."""
     out = _Output(options)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -152,7 +155,9 @@ async def read_log(
                 yield chunk
         if not options.follow or out.done:
             return
-        async for chunk in _follow(path, fd, parser, out, running):
+        async for chunk in _follow(
+            path, fd, parser, out, running=running, client_alive=client_alive
+        ):
             yield chunk
     finally:
         os.close(fd)
@@ -170,11 +175,13 @@ async def _follow(
     fd: int,
     parser: LogParser,
     out: _Output,
+    *,
     running: Callable[[], Awaitable[bool]],
+    client_alive: Callable[[], bool],
 ) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     async with DirWatch(os.path.dirname(path) or ".") as watch:
-        idle_since = loop.time()
+        idle_since = loop.time() - RUNNING_CHECK  # the first end of file asks at once
         exiting = False
         while not out.done:
             data = await _read_fd(fd)
@@ -197,6 +204,8 @@ async def _follow(
                 continue
             if loop.time() - idle_since >= RUNNING_CHECK:
                 idle_since = loop.time()
+                if not client_alive():
+                    return
                 if not await running():
                     exiting = True  # one more read for what it wrote before it exited
                     continue

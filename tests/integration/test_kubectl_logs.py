@@ -128,6 +128,7 @@ def check_logs(control_plane: ControlPlane, ns: str) -> None:
     assert [g[2] for g in got][1:] == [f"tick {int(got[0][2].split()[1]) + i}" for i in range(1, 4)]
     latencies = [received - stamp_seconds(stamp) for received, stamp, _ in got[1:]]
     assert max(latencies) < 1.0, latencies
+    print(f"kubectl logs -f latency: {[round(x * 1000) for x in latencies]} ms")
 
     # previous: the instance before the restart
     previous = logs("-c", "flappy", "--previous").stdout

@@ -204,3 +204,30 @@ async def test_follow_sees_new_lines_and_a_rotation_and_ends_when_the_container_
     async with asyncio.timeout(5):
         await task
     assert b"".join(got).endswith(b"after rotation\nbye\n")
+
+
+async def test_follow_of_an_exited_container_ends_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_text(rec(1, "stdout", "F", "done"))
+    started = asyncio.get_running_loop().time()
+    assert await read(log, LogOptions(follow=True)) == b"done\n"
+    assert asyncio.get_running_loop().time() - started < 0.5
+
+
+async def test_follow_ends_when_the_client_is_gone(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_text(rec(1, "stdout", "F", "hi"))
+
+    async def running() -> bool:
+        return True
+
+    alive = [True]
+    got = []
+    stream = read_log(
+        str(log), LogOptions(follow=True), running=running, client_alive=lambda: alive[0]
+    )
+    async with asyncio.timeout(5):
+        async for chunk in stream:
+            got.append(chunk)
+            alive[0] = False
+    assert got == [b"hi\n"]
