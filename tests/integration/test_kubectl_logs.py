@@ -205,3 +205,50 @@ async def test_kubectl_logs_and_stats_through_the_control_plane(
         done = kubectl("get", "--raw", f"{raw}/logs/?query=containerd", check=False)
         assert done.returncode != 0
         assert "enableSystemLogQuery" in done.stderr
+
+
+CHATTY = (
+    "awk 'BEGIN { for (i = 1; i <= 1000000; i++) {"
+    ' printf "%08d %090s\\n", i, "x"; if (i % 30000 == 0) system("sleep 1") } }\';'
+    " exec sleep 3600"
+)
+
+
+def read_all_logs(control_plane: ControlPlane, ns: str) -> list[int]:
+    done = control_plane.kubectl("logs", "-n", ns, "chatty")
+    return [int(line[:8]) for line in done.stdout.splitlines()]
+
+
+async def test_kubectl_logs_of_a_100mb_log_rotated_at_10mib_keeping_5_files(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane)
+        settings = yaml.safe_load(node.config.read_text())
+        settings["kubelet"]["containerLogMonitorInterval"] = "3s"  # the kubelet's minimum
+        node.config.write_text(yaml.safe_dump(settings))
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        body = pod_body("chatty", ns, node.name, {"app": CHATTY})
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(body))
+
+        def last_line() -> bool:
+            done = control_plane.kubectl("logs", "-n", ns, "chatty", "--tail=1", check=False)
+            return done.stdout.startswith("01000000 ")
+
+        await until("the millionth line", last_line, within=150, every=2, explain=node.log_tail)
+        pods_dir = Path(yaml.safe_load(node.config.read_text())["kubelet"]["podLogsDir"])
+
+        def files() -> list[str]:
+            return sorted(p.name for p in pods_dir.rglob("0.log*"))
+
+        # the last check may still rotate once; then the directory holds 5 files
+        await until("5 log files", lambda: len(files()) == 5, within=15, every=1, explain=files)
+        names = files()
+        assert names[0] == "0.log"
+        assert [n.endswith(".gz") for n in names[1:]] == [True, True, False, False], names
+        numbers = await asyncio.to_thread(read_all_logs, control_plane, ns)
+        assert numbers[-1] == 1_000_000
+        assert numbers == list(range(numbers[0], 1_000_001))
+        assert numbers[0] > 1
