@@ -15,11 +15,18 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
+from aiohttp import web
+
 from nodeagent import __version__, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
-from nodeagent.clock import RealClock
+from nodeagent.clock import Clock, RealClock
 from nodeagent.config import Config
+from nodeagent.containerlogs import http as logs_http
+from nodeagent.containerlogs import nodelogs
+from nodeagent.containerlogs.nodelogs import NodeLogSettings
+from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
+from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
@@ -30,10 +37,13 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
-from nodeagent.pods.managers import pod_managers
+from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
+from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
+from nodeagent.stats import http as stats_http
+from nodeagent.stats.summary import host_stats_provider
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -199,6 +209,7 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         get_node=lambda: None,
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
+    logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     needs_api = [
         field
         for field, on in (
@@ -214,7 +225,7 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
             + ", ".join(needs_api)
             + " need an API server",
         )
-        return pods.managers
+        return [*pods.managers, logs]
     server = server_manager(
         config,
         api=None,
@@ -224,8 +235,40 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         pki_dir=node.pki_dir,
         pods=pods,
+        extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
     )
-    return [*pods.managers, server]
+    return [*pods.managers, logs, server]
+
+
+def _api_extensions(
+    config: Config, *, pods: PodManagers, clock: Clock, node_name: str
+) -> list[Extension]:
+    """What the kubelet API serves besides the server's own endpoints: container logs, the
+    stats (``/stats/summary``, ``/metrics/resource``) and the node's logs (``/logs/``)."""
+    logs = ContainerLogs(runtime=pods.connection, pods=pods.pod, clock=clock)
+    stats = host_stats_provider(
+        runtime=pods.connection, clock=clock, node_name=node_name, fs_path=config.node.root_dir
+    )
+
+    def install_logs(app: web.Application) -> None:
+        app[logs_http.LOGS] = logs
+
+    def install_stats(app: web.Application) -> None:
+        app[stats_http.STATS] = stats
+
+    node_logs = NodeLogSettings(
+        enabled=config.kubelet.enable_system_log_handler,
+        query_enabled=config.kubelet.enable_system_log_query,
+    )
+
+    def install_node_logs(app: web.Application) -> None:
+        app[nodelogs.NODE_LOGS] = node_logs
+
+    return [
+        Extension(routes=logs_http.routes, install=install_logs),
+        Extension(routes=stats_http.routes, install=install_stats),
+        Extension(routes=nodelogs.routes, install=install_node_logs),
+    ]
 
 
 def api_server_mode(node: NodeSettings) -> bool:
@@ -313,6 +356,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
+    logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     server = server_manager(
         config,
         api=api,
@@ -322,11 +366,13 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         pki_dir=node.pki_dir,
         pods=pods,
+        extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
         get_node=lambda: node_cache.get(node.node_name),
     )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        logs,
         server,
         *proxy,
     ]

@@ -128,6 +128,19 @@ class KubeletConfiguration(Section, frozen=True):
         str, doc("Size at which a container log is rotated (quantity).")
     ] = "10Mi"
     container_log_max_files: Annotated[int, doc("Log files kept per container (at least 2).")] = 5
+    container_log_max_workers: Annotated[
+        int, doc("Containers whose logs are rotated concurrently (at least 1).")
+    ] = 1
+    container_log_monitor_interval: Annotated[
+        Duration, doc("How often container log sizes are checked for rotation (at least 3s).")
+    ] = dur("10s")
+    enable_system_log_handler: Annotated[
+        bool, doc("Serve the node's `/var/log` on the kubelet API at `/logs/`.")
+    ] = True
+    enable_system_log_query: Annotated[
+        bool,
+        doc("Answer `/logs/?query=<unit>` from the journal (needs `enableSystemLogHandler`)."),
+    ] = False
     # --- server ---------------------------------------------------------------------------
     address: Annotated[str, doc("IP the kubelet API listens on.")] = "0.0.0.0"
     port: Annotated[int, doc("Port of the kubelet API (HTTPS).")] = 10250

@@ -133,6 +133,13 @@ def _pods(k: KubeletConfiguration, out: Findings) -> None:
         )
     out.at_least(_p("nodeStatusMaxImages"), k.node_status_max_images, -1, INT32_MAX)
     out.at_least(_p("containerLogMaxFiles"), k.container_log_max_files, 2, INT32_MAX)
+    out.at_least(_p("containerLogMaxWorkers"), k.container_log_max_workers, 1, INT32_MAX)
+    if k.container_log_monitor_interval.nanoseconds < 3_000_000_000:
+        out.add(
+            _p("containerLogMonitorInterval"),
+            f"{k.container_log_monitor_interval} must be at least 3s",
+            k.container_log_monitor_interval,
+        )
     _positive_quantity(out, _p("containerLogMaxSize"), k.container_log_max_size)
     _paths(out, ("staticPodPath", k.static_pod_path), ("resolvConf", k.resolv_conf))
     _paths(out, ("podLogsDir", k.pod_logs_dir), required=True)

@@ -163,6 +163,19 @@ class RuntimeConnection:
     ) -> cri.ContainerStatusResponse:
         return await (await self._c()).container_status(container_id, verbose=verbose)
 
+    async def reopen_container_log(self, container_id: str) -> None:
+        await (await self._c()).reopen_container_log(container_id)
+
+    async def list_container_stats(
+        self, filter: cri.ContainerStatsFilter | None = None
+    ) -> list[cri.ContainerStats]:
+        return await (await self._c()).list_container_stats(filter)
+
+    async def list_pod_sandbox_stats(
+        self, filter: cri.PodSandboxStatsFilter | None = None
+    ) -> list[cri.PodSandboxStats]:
+        return await (await self._c()).list_pod_sandbox_stats(filter)
+
     async def exec_sync(
         self, container_id: str, cmd: Sequence[str], timeout_seconds: int
     ) -> cri.ExecSyncResponse:

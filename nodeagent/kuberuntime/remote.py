@@ -31,6 +31,8 @@ from nodeagent.kuberuntime.types import (
     ContainerConfig,
     ContainerEventResponse,
     ContainerFilter,
+    ContainerStats,
+    ContainerStatsFilter,
     ContainerStatusResponse,
     ExecSyncResponse,
     Image,
@@ -41,6 +43,8 @@ from nodeagent.kuberuntime.types import (
     PodSandbox,
     PodSandboxConfig,
     PodSandboxFilter,
+    PodSandboxStats,
+    PodSandboxStatsFilter,
     PodSandboxStatusResponse,
     RuntimeConfigResponse,
     StatusResponse,
@@ -290,6 +294,42 @@ class CriClient:
             ContainerStatusResponse,
             deadline=self._timeout,
         )
+
+    async def reopen_container_log(self, container_id: str) -> None:
+        request = api.ReopenContainerLogRequest(container_id=container_id)
+        await self._call(
+            RUNTIME,
+            "ReopenContainerLog",
+            request,
+            api.ReopenContainerLogResponse,
+            deadline=self._timeout,
+        )
+
+    async def list_container_stats(
+        self, filter: ContainerStatsFilter | None = None
+    ) -> list[ContainerStats]:
+        request = api.ListContainerStatsRequest(filter=filter)
+        response = await self._call(
+            RUNTIME,
+            "ListContainerStats",
+            request,
+            api.ListContainerStatsResponse,
+            deadline=self._timeout,
+        )
+        return list(response.stats)
+
+    async def list_pod_sandbox_stats(
+        self, filter: PodSandboxStatsFilter | None = None
+    ) -> list[PodSandboxStats]:
+        request = api.ListPodSandboxStatsRequest(filter=filter)
+        response = await self._call(
+            RUNTIME,
+            "ListPodSandboxStats",
+            request,
+            api.ListPodSandboxStatsResponse,
+            deadline=self._timeout,
+        )
+        return list(response.stats)
 
     async def exec_sync(
         self, container_id: str, cmd: Sequence[str], timeout_seconds: int

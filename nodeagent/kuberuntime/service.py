@@ -17,6 +17,8 @@ from nodeagent.kuberuntime.types import (
     ContainerConfig,
     ContainerEventResponse,
     ContainerFilter,
+    ContainerStats,
+    ContainerStatsFilter,
     ContainerStatusResponse,
     ExecSyncResponse,
     Image,
@@ -27,6 +29,8 @@ from nodeagent.kuberuntime.types import (
     PodSandbox,
     PodSandboxConfig,
     PodSandboxFilter,
+    PodSandboxStats,
+    PodSandboxStatsFilter,
     PodSandboxStatusResponse,
     RuntimeConfigResponse,
     StatusResponse,
@@ -82,6 +86,18 @@ class RuntimeService(Protocol):
     ) -> ExecSyncResponse:
         """Run ``cmd`` in the container and wait up to ``timeout_seconds`` (0 = no limit)."""
         ...
+
+    async def reopen_container_log(self, container_id: str) -> None:
+        """Ask the runtime to reopen the container's log file (after a rotation)."""
+        ...
+
+    async def list_container_stats(
+        self, filter: ContainerStatsFilter | None = None
+    ) -> list[ContainerStats]: ...
+
+    async def list_pod_sandbox_stats(
+        self, filter: PodSandboxStatsFilter | None = None
+    ) -> list[PodSandboxStats]: ...
 
     def get_container_events(self) -> AsyncIterator[ContainerEventResponse]:
         """Container lifecycle events until the caller stops iterating."""

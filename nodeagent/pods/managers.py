@@ -91,6 +91,17 @@ class PodManagers:
     static_pods: FileSource
     mirrors: MirrorPods | None
     prober: ProberManager
+    sources: PodSources
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as this node knows it, with the newest status the agent computed for it
+        (the kubelet API's view: ``/containerLogs``, ``/pods``)."""
+        for pod in self.sources.items():
+            meta = pod.get("metadata") or {}
+            if meta.get("name") == name and meta.get("namespace", "default") == namespace:
+                status = self.status.last_status(str(meta.get("uid", "")))
+                return {**pod, "status": status} if status is not None else dict(pod)
+        return None
 
     @property
     def managers(self) -> list[Manager]:
@@ -257,4 +268,5 @@ def pod_managers(
         static_pods=static_pods,
         mirrors=mirrors,
         prober=prober,
+        sources=sources,
     )

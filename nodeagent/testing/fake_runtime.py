@@ -192,6 +192,9 @@ class FakeRuntime(_FakeImages):
         self._ips = itertools.count(2)
         self._injected: defaultdict[str, deque[CriError]] = defaultdict(deque)
         self._subscribers: list[asyncio.Queue[cri.ContainerEventResponse]] = []
+        self.reopened: list[str] = []  # ReopenContainerLog calls, in order
+        # What ListContainerStats reports per container id: (cpu ns total, working set bytes)
+        self.usage: dict[str, tuple[int, int]] = {}
 
     # Test controls -------------------------------------------------------------------------
 
@@ -501,6 +504,80 @@ class FakeRuntime(_FakeImages):
                 "ExecSync", "FailedPrecondition", f'container "{container_id}" is not running'
             )
         return self.exec_handler(container_id, list(cmd))
+
+    async def reopen_container_log(self, container_id: str) -> None:
+        self._enter("ReopenContainerLog")
+        ctr = self._container(container_id, rpc="ReopenContainerLog")
+        if ctr.state != cri.CONTAINER_RUNNING:
+            raise self._error(
+                "ReopenContainerLog", "FailedPrecondition", "container is not running"
+            )
+        self.reopened.append(container_id)
+
+    def _stats(self, c: _Container) -> cri.ContainerStats:
+        cpu, memory = self.usage.get(c.id, (0, 0))
+        now = self._now()
+        return cri.ContainerStats(
+            attributes=cri.ContainerAttributes(
+                id=c.id,
+                metadata=c.config.metadata,
+                labels=dict(c.config.labels),
+                annotations=dict(c.config.annotations),
+            ),
+            cpu=cri.CpuUsage(timestamp=now, usage_core_nano_seconds=cri.UInt64Value(value=cpu)),
+            memory=cri.MemoryUsage(timestamp=now, working_set_bytes=cri.UInt64Value(value=memory)),
+        )
+
+    async def list_container_stats(
+        self, filter: cri.ContainerStatsFilter | None = None
+    ) -> list[cri.ContainerStats]:
+        self._enter("ListContainerStats")
+        return [
+            self._stats(c)
+            for c in self._containers.values()
+            if c.state == cri.CONTAINER_RUNNING
+            and (filter is None or not filter.id or filter.id == c.id)
+        ]
+
+    async def list_pod_sandbox_stats(
+        self, filter: cri.PodSandboxStatsFilter | None = None
+    ) -> list[cri.PodSandboxStats]:
+        self._enter("ListPodSandboxStats")
+        out = []
+        for sb in self._sandboxes.values():
+            if sb.state != cri.SANDBOX_READY or (filter and filter.id and filter.id != sb.id):
+                continue
+            stats = [self._stats(c) for c in self._containers.values() if c.sandbox_id == sb.id]
+            stats = [
+                s for s in stats if self._containers[s.attributes.id].state == cri.CONTAINER_RUNNING
+            ]
+            now = self._now()
+            out.append(
+                cri.PodSandboxStats(
+                    attributes=cri.PodSandboxAttributes(
+                        id=sb.id,
+                        metadata=sb.config.metadata,
+                        labels=dict(sb.config.labels),
+                        annotations=dict(sb.config.annotations),
+                    ),
+                    linux=cri.LinuxPodSandboxStats(
+                        cpu=cri.CpuUsage(
+                            timestamp=now,
+                            usage_core_nano_seconds=cri.UInt64Value(
+                                value=sum(s.cpu.usage_core_nano_seconds.value for s in stats)
+                            ),
+                        ),
+                        memory=cri.MemoryUsage(
+                            timestamp=now,
+                            working_set_bytes=cri.UInt64Value(
+                                value=sum(s.memory.working_set_bytes.value for s in stats)
+                            ),
+                        ),
+                        containers=stats,
+                    ),
+                )
+            )
+        return out
 
     async def exec(
         self,

@@ -98,6 +98,17 @@ def targets(versions: Versions, *, peers: bool) -> list[Target]:
     return [etcd, *k8s]
 
 
+def metrics_server_target(versions: Versions) -> Target:
+    """metrics-server (for `make up`'s `kubectl top`), built only when asked for."""
+    return Target(
+        name="metrics-server",
+        wrapper="metrics-server",
+        package="sigs.k8s.io/metrics-server/cmd/metrics-server",
+        ldflags="-s -w",
+        out_dir=cache_dir() / "bin" / f"metrics-server-{versions.metrics_server}",
+    )
+
+
 def go_env() -> dict[str, str]:
     go_root = cache_dir() / "go"
     env = dict(os.environ)
@@ -140,16 +151,25 @@ def render_etcd_go_mod(versions: Versions) -> str:
     return (WRAPPERS / "etcd.go.mod.in").read_text().replace("@ETCD_VERSION@", versions.etcd)
 
 
+def render_metrics_server_go_mod(versions: Versions) -> str:
+    template = (WRAPPERS / "metrics-server.go.mod.in").read_text()
+    return template.replace("@METRICS_SERVER_VERSION@", versions.metrics_server)
+
+
 def wrapper_go_mod(versions: Versions, wrapper: str) -> str:
     if wrapper == "etcd":
         return render_etcd_go_mod(versions)
+    if wrapper == "metrics-server":
+        return render_metrics_server_go_mod(versions)
     info = json.loads(go("mod", "download", "-json", f"k8s.io/kubernetes@{versions.kubernetes}"))
     return render_kubernetes_go_mod(versions, Path(info["GoMod"]).read_text())
 
 
 def prepare_wrapper(versions: Versions, wrapper: str) -> tuple[Path, str]:
     """Write the wrapper module's go.mod into the cache; return its directory and text."""
-    version = versions.etcd if wrapper == "etcd" else versions.kubernetes
+    version = {"etcd": versions.etcd, "metrics-server": versions.metrics_server}.get(
+        wrapper, versions.kubernetes
+    )
     directory = cache_dir() / "go" / "src" / f"{wrapper}-{version}"
     directory.mkdir(parents=True, exist_ok=True)
     text = wrapper_go_mod(versions, wrapper)
@@ -169,6 +189,8 @@ def recipe(target: Target, versions: Versions, go_version: str) -> str:
         f"{versions.kubernetes} {versions.kubernetes_staging} {versions.etcd}",
         (WRAPPERS / f"{target.wrapper}.go.mod.in").read_text(),
     ]
+    if target.wrapper == "metrics-server":  # its own pin; the others' recipes stay as they were
+        parts.append(versions.metrics_server)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -218,6 +240,27 @@ def build_lock() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_metrics_server(*, parallel: int | None = None) -> Path:
+    """Build metrics-server at METRICS_SERVER_VERSION unless it is fresh; return its path."""
+    if shutil.which("go") is None:
+        raise SystemExit("`go` is not on PATH: the build needs the Go toolchain (1.26 or newer)")
+    versions = load_versions()
+    if not versions.metrics_server:
+        raise SystemExit("METRICS_SERVER_VERSION is not set in tests/harness/versions.env")
+    go_version = go("env", "GOVERSION").strip()
+    target = metrics_server_target(versions)
+    with build_lock():
+        wanted = recipe(target, versions, go_version)
+        if not is_fresh(target, wanted):
+            workdir, _ = prepare_wrapper(versions, target.wrapper)
+            say(f"building metrics-server {versions.metrics_server} ({target.package}) ...")
+            started = time.monotonic()
+            run_go_build(target, workdir, parallel=parallel)
+            (target.out_dir / f"{target.name}.recipe").write_text(wanted + "\n")
+            say(f"built metrics-server in {duration(time.monotonic() - started)}")
+    return target.out_dir / target.name
 
 
 def ensure_built(

@@ -149,6 +149,9 @@ def apiserver_argv(
         "--enable-bootstrap-token-auth=true",
         "--allow-privileged=true",
         "--profiling=false",
+        # Aggregated APIs (metrics-server) are dialled at their endpoints: the apiserver's
+        # host need not route Service ClusterIPs.
+        "--enable-aggregator-routing=true",
         *endpoint_reconciler(advertise_address),
     ]
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import node_up, runtime_up
+from harness import metrics_server, node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.controlplane import (
     ControlPlane,
@@ -146,6 +146,13 @@ def up() -> int:
             state.get("node"), plane=plane, directory=directory, runtime_endpoint=endpoint
         )
         write_state(directory, state)
+        if "containerd_dir" in runtime:
+            metrics_server.up(
+                plane,
+                node_name=state["node"]["name"],
+                containerd_socket=Path(runtime["containerd_dir"]) / "c.sock",
+                work_dir=directory / "metrics-server",
+            )
     say(NODE_NOTE)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")
     print(f"export PATH={plane.kubectl_path.parent}:$PATH")

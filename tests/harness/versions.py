@@ -19,6 +19,7 @@ class Versions:
     node_cidr_mask_size: int
     cluster_dns_ip: str
     cluster_domain: str
+    metrics_server: str = ""
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -46,6 +47,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         node_cidr_mask_size=int(env["NODE_CIDR_MASK_SIZE"]),
         cluster_dns_ip=env["CLUSTER_DNS_IP"],
         cluster_domain=env["CLUSTER_DOMAIN"],
+        metrics_server=env.get("METRICS_SERVER_VERSION", ""),
     )
 
 

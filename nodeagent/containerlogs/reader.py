@@ -1,0 +1,214 @@
+"""Read a container's log as ``kubectl logs`` shows it: across rotated files, filtered, and
+followed while the container runs.
+
+The files of one log are ``<path>.<YYYYMMDD-HHMMSS>[.gz]`` (rotated by the log manager, the
+older ones gzipped) and ``<path>`` itself, the one the runtime writes. :func:`read_log` yields
+the bytes the client receives. File reads run in ``asyncio.to_thread`` (the blocking edge);
+parsing and filtering run on the loop, one chunk at a time.
+
+Follow keeps the current file open: at its end it waits on :class:`DirWatch` (inotify) for a
+write or a rotation; when ``<path>`` is a different file than the one open (renamed away by a
+rotation and recreated by the runtime's ``ReopenContainerLog``), it finishes the old one and
+continues at the start of the new one. It stops when the container is no longer running (asked
+at most once a second while idle) and the file has nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import gzip
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
+
+from nodeagent.containerlogs.cri import Entry, LogParser, fixed_timestamp, timestamp_ns
+from nodeagent.containerlogs.options import LogOptions
+from nodeagent.containerlogs.watch import DirWatch
+
+CHUNK: Final = 1 << 20
+RUNNING_CHECK: Final = 1.0
+
+
+def log_files(path: str) -> list[str]:
+    """The rotated files of ``path``, oldest first (their names sort by time); when both the
+    plain and the gzipped copy of one rotation exist (compression in progress), the plain."""
+    by_stamp: dict[str, str] = {}
+    for name in glob.glob(glob.escape(path) + ".*"):
+        suffix = name[len(path) + 1 :]
+        if suffix.endswith(".tmp"):
+            continue
+        stamp = suffix.removesuffix(".gz")
+        if stamp not in by_stamp or not name.endswith(".gz"):
+            by_stamp[stamp] = name
+    return [by_stamp[s] for s in sorted(by_stamp)]
+
+
+def _read_whole(path: str) -> bytes:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+async def _file_entries(path: str) -> list[Entry]:
+    try:
+        data = await asyncio.to_thread(_read_whole, path)
+    except (FileNotFoundError, EOFError, gzip.BadGzipFile):
+        return []  # removed by the rotation or garbage collection meanwhile
+    parser = LogParser()
+    return parser.feed(data) + parser.flush()
+
+
+class _Output:
+    """Filters and formats entries; counts bytes against ``limitBytes``."""
+
+    def __init__(self, options: LogOptions) -> None:
+        self._o = options
+        self._left = options.limit_bytes
+        self.done = False
+
+    def keep(self, entry: Entry) -> bool:
+        if not self._o.wants(entry.stream):
+            return False
+        if self._o.since_ns is not None:
+            ns = timestamp_ns(entry.timestamp)
+            if ns is not None and ns < self._o.since_ns:
+                return False
+        return True
+
+    def render(self, entries: list[Entry]) -> bytes:
+        if self.done:
+            return b""
+        if self._o.timestamps:
+            data = b"".join(
+                fixed_timestamp(e.timestamp) + b" " + e.content for e in entries if self.keep(e)
+            )
+        else:
+            data = b"".join(e.content for e in entries if self.keep(e))
+        if self._left is not None:
+            if len(data) >= self._left:
+                data = data[: self._left]
+                self.done = True
+            self._left -= len(data)
+        return data
+
+
+async def _tail_entries(
+    rotated: list[str], current: list[Entry], n: int, keep: Callable[[Entry], bool]
+) -> list[Entry]:
+    """The last ``n`` lines that ``keep`` selects, reading older files only as far back as
+    needed."""
+    entries = [e for e in current if keep(e)]
+    for path in reversed(rotated):
+        if len(entries) >= n:
+            break
+        entries = [e for e in await _file_entries(path) if keep(e)] + entries
+    return entries[-n:] if n else []
+
+
+async def _read_fd(fd: int) -> bytes:
+    return await asyncio.to_thread(os.read, fd, CHUNK)
+
+
+async def read_log(
+    path: str,
+    options: LogOptions,
+    *,
+    running: Callable[[], Awaitable[bool]],
+    client_alive: Callable[[], bool] = lambda: True,
+) -> AsyncIterator[bytes]:
+    """The log of one container instance, as the client sees it. A follower also ends when
+    ``client_alive()`` turns false (asked while the log is idle: a client that went away
+    while nothing was written)."""
+    out = _Output(options)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        inode = os.fstat(fd).st_ino
+        rotated = [p for p in log_files(path) if _inode(p) != inode]
+        parser = LogParser()
+        if options.tail_lines is not None:
+            current: list[Entry] = []
+            while data := await _read_fd(fd):
+                current += parser.feed(data)
+            if not options.follow:
+                current += parser.flush()
+            entries = await _tail_entries(rotated, current, options.tail_lines, out.keep)
+            if chunk := out.render(entries):
+                yield chunk
+        else:
+            for name in rotated:
+                if chunk := out.render(await _file_entries(name)):
+                    yield chunk
+                if out.done:
+                    return
+            while data := await _read_fd(fd):
+                if chunk := out.render(parser.feed(data)):
+                    yield chunk
+                if out.done:
+                    return
+            if not options.follow and (chunk := out.render(parser.flush())):
+                yield chunk
+        if not options.follow or out.done:
+            return
+        async for chunk in _follow(
+            path, fd, parser, out, running=running, client_alive=client_alive
+        ):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
+async def _follow(
+    path: str,
+    fd: int,
+    parser: LogParser,
+    out: _Output,
+    *,
+    running: Callable[[], Awaitable[bool]],
+    client_alive: Callable[[], bool],
+) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    async with DirWatch(os.path.dirname(path) or ".") as watch:
+        idle_since = loop.time() - RUNNING_CHECK  # the first end of file asks at once
+        exiting = False
+        while not out.done:
+            data = await _read_fd(fd)
+            if data:
+                idle_since = loop.time()
+                if chunk := out.render(parser.feed(data)):
+                    yield chunk
+                continue
+            if exiting:
+                break
+            current = _inode(path)
+            if current not in (-1, os.fstat(fd).st_ino):
+                # rotated: the old file is finished (we are at its end); go on with the new
+                try:
+                    new = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                os.dup2(new, fd)
+                os.close(new)
+                continue
+            if loop.time() - idle_since >= RUNNING_CHECK:
+                idle_since = loop.time()
+                if not client_alive():
+                    return
+                if not await running():
+                    exiting = True  # one more read for what it wrote before it exited
+                    continue
+            await watch.wait(RUNNING_CHECK)
+        if chunk := out.render(parser.flush()):
+            yield chunk

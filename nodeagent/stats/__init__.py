@@ -1,0 +1,1 @@
+"""Node, pod and container resource usage: the Summary API and /metrics/resource."""

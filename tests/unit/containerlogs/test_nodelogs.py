@@ -1,0 +1,118 @@
+"""``/logs/``: listing and files under the log directory, no escape; the journal query."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from nodeagent.containerlogs.nodelogs import (
+    NODE_LOGS,
+    NodeLogSettings,
+    journal_argv,
+    resolve,
+    routes,
+)
+
+Client = TestClient[Any, Any]
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> Path:
+    d = tmp_path / "log"
+    (d / "apt").mkdir(parents=True)
+    (d / "syslog").write_text("hello syslog\n")
+    (d / "apt" / "history.log").write_text("apt things\n")
+    (tmp_path / "secret").write_text("not for you\n")
+    (d / "escape").symlink_to(tmp_path / "secret")
+    (d / "inside").symlink_to(d / "syslog")
+    return d
+
+
+async def client_for(settings: NodeLogSettings) -> Client:
+    app = web.Application()
+    app.add_routes(routes)
+    app[NODE_LOGS] = settings
+    return TestClient(TestServer(app))
+
+
+@pytest.fixture
+async def client(logdir: Path) -> AsyncIterator[Client]:
+    async with await client_for(NodeLogSettings(directory=str(logdir))) as c:
+        yield c
+
+
+async def test_listing_and_files(client: Client) -> None:
+    r = await client.get("/logs/")
+    body = await r.text()
+    assert r.status == 200
+    assert '<a href="apt/">apt/</a>\n' in body
+    assert '<a href="syslog">syslog</a>\n' in body
+    r = await client.get("/logs/syslog")
+    assert (r.status, await r.text()) == (200, "hello syslog\n")
+    r = await client.get("/logs/apt/history.log")
+    assert await r.text() == "apt things\n"
+    r = await client.get("/logs/inside")
+    assert await r.text() == "hello syslog\n"
+    r = await client.get("/logs/apt", allow_redirects=False)
+    assert (r.status, r.headers["Location"]) == (301, "/logs/apt/")
+
+
+@pytest.mark.parametrize("path", ["/logs/escape", "/logs/../secret", "/logs/apt/../../secret"])
+async def test_no_way_out_of_the_directory(client: Client, path: str) -> None:
+    r = await client.get(path)
+    assert r.status == 404
+    assert "not for you" not in await r.text()
+
+
+async def test_disabled_handler_and_query(logdir: Path) -> None:
+    async with await client_for(NodeLogSettings(enabled=False, directory=str(logdir))) as c:
+        r = await c.get("/logs/syslog")
+        assert r.status == 404
+        assert "enableSystemLogHandler" in await r.text()
+    async with await client_for(NodeLogSettings(directory=str(logdir))) as c:
+        r = await c.get("/logs/?query=kubelet")
+        assert r.status == 403
+        assert "enableSystemLogQuery" in await r.text()
+
+
+async def test_query_runs_journalctl(logdir: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "journalctl"
+    fake.write_text('#!/bin/sh\necho "journal $*"\n')
+    fake.chmod(0o755)
+    settings = NodeLogSettings(directory=str(logdir), query_enabled=True, journalctl=str(fake))
+    async with await client_for(settings) as c:
+        r = await c.get("/logs/?query=containerd&tailLines=5")
+        assert await r.text() == (
+            "journal --utc --no-pager --output=short-precise --unit containerd --lines=5\n"
+        )
+        r = await c.get("/logs/?query=a;rm")
+        assert r.status == 400
+
+
+def test_journal_arguments() -> None:
+    argv = journal_argv(
+        {"sinceTime": "2026-11-25T05:00:00+01:00", "boot": "-1", "pattern": "err"},
+        ["kubelet", "containerd.service"],
+        "journalctl",
+    )
+    assert argv[4:] == [
+        "--unit", "kubelet", "--unit", "containerd.service",
+        "--since=2026-11-25 04:00:00", "--boot=-1", "--grep=err",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="boot: Invalid value: '1'"):
+        journal_argv({"boot": "1"}, [], "journalctl")
+    with pytest.raises(ValueError, match="tailLines"):
+        journal_argv({"tailLines": "-3"}, [], "journalctl")
+
+
+def test_resolve_refuses_dot_dot_and_outside_symlinks(logdir: Path) -> None:
+    assert resolve(str(logdir), "apt/history.log") == str(logdir / "apt" / "history.log")
+    assert resolve(str(logdir), "") == str(logdir)
+    assert resolve(str(logdir), "apt/../../secret") is None
+    assert resolve(str(logdir), "escape") is None
+    assert resolve(str(logdir), "inside") == str(logdir / "syslog")
