@@ -63,6 +63,8 @@ class _AllNamespaces(Resource):
 
 
 ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
+ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
+"""Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SANDBOX_RETRY: Final = 10.0
