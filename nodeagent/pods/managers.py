@@ -224,6 +224,8 @@ def pod_managers(
             host_ips=host_ips,
             allocatable=lambda: allocatable() or {},
             services=services_cache.items if services_cache is not None else list,
+            services_synced=lambda: services_cache is None or services_cache.synced,
+            wait_services=services_cache.wait_synced if services_cache is not None else None,
         ),
         host_dns=HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
