@@ -186,7 +186,7 @@ async def run_component(
     async with contextlib.AsyncExitStack() as stack:
         ns.create()
         stack.callback(ns.delete)
-        forwarder = await Forwarder(ns.name, plane.ports.apiserver).start()
+        forwarder = await Forwarder(ns.name, plane.ports.apiserver, host=plane.address).start()
         stack.push_async_callback(forwarder.stop)
         row["load_start"] = node_measure.sample(os.getpid(), now=0).load1
         started_wall = time.time()

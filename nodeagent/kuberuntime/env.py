@@ -40,6 +40,9 @@ class EnvInputs:
     host_ips: tuple[str, ...] = ()
     node_allocatable: Mapping[str, str] = field(default_factory=dict)
     service_env: Mapping[str, str] = field(default_factory=dict)
+    services_synced: bool = True
+    """False while the node's Service cache has not listed once: no environment can be made
+    (the kubelet refuses rather than start a container without its service variables)."""
     config_maps: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
     """ConfigMap name -> data; None when the ConfigMap does not exist."""
     secrets: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
@@ -229,7 +232,12 @@ def _value_from(src: EnvVarSource, pod: Pod, container: Container, inputs: EnvIn
     return ""
 
 
+SERVICES_NOT_READ: Final = "services have not yet been read at least once, cannot construct envvars"
+
+
 def make_environment(pod: Pod, container: Container, inputs: EnvInputs) -> list[tuple[str, str]]:
+    if not inputs.services_synced:
+        raise ContainerConfigError(SERVICES_NOT_READ)
     env: dict[str, str] = {}
     for source in container.env_from:
         ref, store, kind = (

@@ -28,7 +28,12 @@ from nodeagent.kuberuntime.backoff import (
 )
 from nodeagent.kuberuntime.container import build_container_config
 from nodeagent.kuberuntime.dns import PodDNSError
-from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, make_environment
+from nodeagent.kuberuntime.env import (
+    SERVICES_NOT_READ,
+    ContainerConfigError,
+    EnvInputs,
+    make_environment,
+)
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
@@ -89,6 +94,7 @@ from nodeagent.podspec import Container, Pod, format_pod, termination_grace_peri
 
 MIN_GRACE_PERIOD: Final = 2  # minimumGracePeriodInSeconds
 LOG_TAIL_READ: Final = 64 * 1024
+SERVICES_RETRY: Final = 10.0  # after "services have not yet been read": the kubelet's backOffPeriod
 """How much of a container log is read for ``FallbackToLogsOnError`` (80 lines' worth)."""
 # Event messages of 1.35+ (kubernetes/kubernetes#134043 took the container name out of the
 # message: the event's fieldPath names the container).
@@ -410,6 +416,8 @@ class RuntimeManager:
                 CREATE_CONTAINER_CONFIG_ERROR, str(e)
             )
             failed(f"Error: {e}")
+            if str(e) == SERVICES_NOT_READ:
+                result.retry_after(SERVICES_RETRY)  # the kubelet's pod worker back-off
             return False
         log_dir = sandbox_config.log_directory
         try:

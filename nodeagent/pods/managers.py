@@ -26,7 +26,7 @@ from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ALL_PODS, ApiEnvSource, HostResolvConf, PodSync
+from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, ApiEnvSource, HostResolvConf, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.prober import ProbeIO, ProberManager
@@ -92,6 +92,7 @@ class PodManagers:
     mirrors: MirrorPods | None
     prober: ProberManager
     sources: PodSources
+    services_cache: WatchCache | None = None
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as this node knows it, with the newest status the agent computed for it
@@ -105,7 +106,7 @@ class PodManagers:
 
     @property
     def managers(self) -> list[Manager]:
-        api_side = [self.pods_cache] if self.pods_cache is not None else []
+        api_side = [c for c in (self.pods_cache, self.services_cache) if c is not None]
         mirrors = [self.mirrors] if self.mirrors is not None else []
         return [
             self.connection,
@@ -151,6 +152,13 @@ def pod_managers(
             field_selector=f"spec.nodeName={node_name}",
             name="cache:pods",
         )
+        if api is not None
+        else None
+    )
+    # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
+    # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
+    services_cache = (
+        WatchCache(api=api, resource=ALL_SERVICES, name="cache:pod-services")
         if api is not None
         else None
     )
@@ -211,7 +219,14 @@ def pod_managers(
         runtime=runtime,
         status=status,
         clock=clock,
-        env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
+        env=ApiEnvSource(
+            api=server,
+            host_ips=host_ips,
+            allocatable=lambda: allocatable() or {},
+            services=services_cache.items if services_cache is not None else list,
+            services_synced=lambda: services_cache is None or services_cache.synced,
+            wait_services=services_cache.wait_synced if services_cache is not None else None,
+        ),
         host_dns=HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
         events=events,
@@ -269,4 +284,5 @@ def pod_managers(
         mirrors=mirrors,
         prober=prober,
         sources=sources,
+        services_cache=services_cache,
     )

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -63,9 +64,12 @@ class _AllNamespaces(Resource):
 
 
 ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
+ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
+"""Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SANDBOX_RETRY: Final = 10.0
+SERVICES_FIRST_LIST_WAIT: Final = 5.0
 RESOLV_CONF_TTL: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
 
@@ -85,11 +89,15 @@ class ApiEnvSource:
         host_ips: Callable[[], tuple[str, ...]],
         allocatable: Callable[[], Mapping[str, str]],
         services: Callable[[], Sequence[Mapping[str, Any]]] = list,
+        services_synced: Callable[[], bool] = lambda: True,
+        wait_services: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._api = api
         self._host_ips = host_ips
         self._allocatable = allocatable
         self._services = services
+        self._services_synced = services_synced
+        self._wait_services = wait_services
 
     async def _data(self, res: Resource, namespace: str, name: str) -> dict[str, str] | None:
         try:
@@ -109,12 +117,18 @@ class ApiEnvSource:
         config_maps = {n: await self._data(CONFIGMAPS, pod.namespace, n) for n in config_map_names}
         secrets = {n: await self._data(SECRETS, pod.namespace, n) for n in secret_names}
         links = pod.spec.enable_service_links is not False
+        if not self._services_synced() and self._wait_services is not None:
+            # Just after start the first Service list is usually a moment away: wait for it
+            # briefly rather than refuse the container (and retry it 10 s later).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait_services(), SERVICES_FIRST_LIST_WAIT)
         return EnvInputs(
             host_ips=self._host_ips(),
             node_allocatable=dict(self._allocatable()),
             service_env=service_env(
                 self._services(), namespace=pod.namespace, enable_service_links=links
             ),
+            services_synced=self._services_synced(),
             config_maps=config_maps,
             secrets=secrets,
         )

@@ -1,4 +1,7 @@
-"""A real Kubernetes control plane on 127.0.0.1: etcd, apiserver, controller-manager, scheduler.
+"""A real Kubernetes control plane on this machine: etcd, apiserver, controller-manager, scheduler.
+
+Everything listens on 127.0.0.1 except kube-apiserver, which listens on and advertises
+`API_ADDRESS` so that pods reach it through the `kubernetes` Service (see `controlplane_args`).
 
 `start_control_plane` generates a PKI, starts each component on free ports with its data under
 one directory and its log in `log_dir`, waits until the cluster is usable (``/readyz``, the
@@ -28,12 +31,14 @@ from typing import Any
 from harness import bootstrap, kubeconfig
 from harness.build import Binaries
 from harness.controlplane_args import (
+    API_ADDRESS,
     LOCALHOST,
     Layout,
     Network,
     Ports,
     apiserver_argv,
     controller_manager_argv,
+    ensure_api_address,
     etcd_argv,
     first_service_ip,
     scheduler_argv,
@@ -70,12 +75,13 @@ class ControlPlane:
     ports: Ports
     network: Network
     pki: Pki
+    address: str = API_ADDRESS  # where kube-apiserver listens, and what it advertises
     procs: list[Proc] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds from start to each stage
 
     @property
     def server(self) -> str:
-        return f"https://{LOCALHOST}:{self.ports.apiserver}"
+        return f"https://{self.address}:{self.ports.apiserver}"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -185,6 +191,7 @@ class ControlPlane:
         return {
             "root": str(self.layout.root),
             "log_dir": str(self.layout.log_dir),
+            "address": self.address,
             "ports": self.ports.__dict__,
             "network": self.network.__dict__,
             "kubernetes_dir": str(self.binaries.kubernetes_dir),
@@ -210,6 +217,7 @@ def attach(state: dict[str, Any]) -> ControlPlane:
         ),
         layout=layout,
         ports=Ports(**state["ports"]),
+        address=state.get("address", LOCALHOST),  # a control plane started before the change
         network=Network(**state["network"]),
         pki=load_pki(directory=layout.pki),
         procs=procs,
@@ -292,9 +300,11 @@ def start_control_plane(
     net = network or Network.from_versions(load_versions())
     root.mkdir(parents=True, exist_ok=True)
     pki_args: dict[str, Any] = {"validity": cert_validity} if cert_validity else {}
+    ensure_api_address()
     pki = create_pki(
         directory=layout.pki,
         service_ip=first_service_ip(net.service_cidr),
+        extra_sans=(API_ADDRESS,),
         cluster_domain=net.cluster_domain,
         **pki_args,
     )
@@ -360,6 +370,7 @@ def _start_components(
                     ports=ports,
                     pki=pki,
                     network=net,
+                    advertise_address=plane.address,
                 ),
                 *apiserver_extra_args,
             ],

@@ -1,14 +1,25 @@
 """Command lines and file layout of the control-plane components (pure functions).
 
 Flags follow what kubeadm gives each component, adapted to one machine: everything binds to
-127.0.0.1 on free ports, etcd speaks plain HTTP on loopback, and the cluster signs node CSRs with
-its own CA.
+127.0.0.1 on free ports except kube-apiserver, etcd speaks plain HTTP on loopback, and the
+cluster signs node CSRs with its own CA.
+
+kube-apiserver listens on, and advertises, `API_ADDRESS` (198.18.0.1, from the RFC 2544
+benchmarking range, which nothing routes): an address of this machine that is not loopback, so
+the default endpoint reconciler publishes it as the `kubernetes` Service's endpoint (Endpoints
+may not hold loopback addresses) and pods reach the apiserver through the ClusterIP, as on a
+kubeadm node. The address is a /32 on `lo` (`ensure_api_address`), not on a real interface, and
+the apiserver binds that address only (not 0.0.0.0): the host's own clients and its pods (routed
+here by the CNI bridge) reach it, nothing routes to it from outside. The /32 stays on `lo` once
+added (several control planes share it: xdist workers, a `make up` cluster); removing it by
+hand (`ip addr del 198.18.0.1/32 dev lo`) is harmless when no control plane runs.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +27,7 @@ from harness.pki import Pki
 from harness.versions import Versions
 
 LOCALHOST = "127.0.0.1"
+API_ADDRESS = "198.18.0.1"
 
 
 def free_port() -> int:
@@ -116,13 +128,14 @@ def apiserver_argv(
     ports: Ports,
     pki: Pki,
     network: Network,
-    advertise_address: str = LOCALHOST,
+    advertise_address: str = API_ADDRESS,
 ) -> list[str]:
+    """The apiserver binds the address it advertises (see the module docstring)."""
     rh = "--requestheader"
     return [
         str(binary),
         f"--etcd-servers=http://{LOCALHOST}:{ports.etcd_client}",
-        f"--bind-address={LOCALHOST}",
+        f"--bind-address={advertise_address}",
         f"--advertise-address={advertise_address}",
         f"--secure-port={ports.apiserver}",
         f"--cert-dir={layout.component_dir('kube-apiserver')}",
@@ -163,6 +176,25 @@ def endpoint_reconciler(advertise_address: str) -> list[str]:
     if ipaddress.ip_address(advertise_address).is_loopback:
         return ["--endpoint-reconciler-type=none"]
     return []
+
+
+def ensure_api_address(address: str = API_ADDRESS) -> None:
+    """Put `address`/32 on `lo` unless it is loopback already (idempotent; needs root)."""
+    if ipaddress.ip_address(address).is_loopback:
+        return
+    done = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True
+    )
+    if f" {address}/" in done.stdout:
+        return
+    added = subprocess.run(
+        ["ip", "addr", "add", f"{address}/32", "dev", "lo"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if added.returncode != 0 and "File exists" not in added.stderr:  # a racing harness
+        raise RuntimeError(f"ip addr add {address}/32 dev lo: {added.stderr.strip()}")
 
 
 def _component_common(

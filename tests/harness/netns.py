@@ -1,8 +1,8 @@
 """Network namespaces for tests and benches: a throwaway "node" netns, the
 apiserver made reachable inside it, HTTP reads of its metrics, and its nf_tables events.
 
-The harness's apiserver listens on 127.0.0.1 of the root namespace only. A component run with
-``ip netns exec`` sees the namespace's own loopback, so this process forwards
+A component run with ``ip netns exec`` sees the namespace's own loopback (and no route to the
+harness's apiserver address in the root namespace), so this process forwards
 ``127.0.0.1:API_PORT`` *inside* the namespace to the apiserver: a socket is created in a
 namespace by entering it with ``setns(2)`` for the duration of the ``socket()`` call (the
 main thread only; a socket keeps the namespace it was created in). TLS passes through
@@ -114,10 +114,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class Forwarder:
-    """``127.0.0.1:API_PORT`` inside ``ns`` -> ``127.0.0.1:target`` here."""
+    """``127.0.0.1:API_PORT`` inside ``ns`` -> ``host:port`` here (the apiserver)."""
 
-    def __init__(self, ns: str, target: int) -> None:
-        self._ns, self._target = ns, target
+    def __init__(self, ns: str, port: int, *, host: str = "127.0.0.1") -> None:
+        self._ns, self._target = ns, (host, port)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Future[tuple[None, None]]] = set()  # one per connection
 
@@ -130,7 +130,7 @@ class Forwarder:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
             writer.close()
             return

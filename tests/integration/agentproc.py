@@ -281,11 +281,21 @@ def remove_log_links(namespace: str) -> None:
 
 @contextlib.asynccontextmanager
 async def agent_node(
-    control_plane: ControlPlane, tmp_path: Path, endpoint: str, *, with_proxy: bool = False
+    control_plane: ControlPlane,
+    tmp_path: Path,
+    endpoint: str,
+    *,
+    with_proxy: bool = False,
+    host_proxy: bool = False,
 ) -> AsyncIterator[AgentNode]:
     """``with_proxy``: every manager on, as ``make up`` runs it, the agent in a network
     namespace of the test's own (``node.netns``, node IP ``netns.NODE_IP``, the apiserver
-    forwarded to its 127.0.0.1) so its proxy programs that namespace's ``ip nodeagent``."""
+    forwarded to its 127.0.0.1) so its proxy programs that namespace's ``ip nodeagent``.
+
+    ``host_proxy``: every manager on in the root network namespace, exactly as ``make up``
+    runs it: the proxy programs the host's ``ip nodeagent``, which the pods on the host's CNI
+    bridge go through (to reach ClusterIPs from inside containers). The caller owns that
+    table: no other agent may hold it, and the caller removes it afterwards."""
     suffix = secrets.token_hex(3)
     name = namespace = f"na-proc-{suffix}"
     cgroup_root = f"na-it-{suffix}"
@@ -302,11 +312,15 @@ async def agent_node(
         ns = None
         if with_proxy:
             ns = stack.enter_context(_netns(suffix))
-            forwarder = await netns.Forwarder(ns.name, control_plane.ports.apiserver).start()
+            forwarder = await netns.Forwarder(
+                ns.name, control_plane.ports.apiserver, host=control_plane.address
+            ).start()
             stack.push_async_callback(forwarder.stop)
             settings["proxy"] = {"enabled": True}
             settings["node"]["nodeIP"] = netns.NODE_IP
             settings["node"]["kubeconfig"] = str(_inside(kubeconfig, tmp_path))
+        elif host_proxy:
+            settings["proxy"] = {"enabled": True}
         config.write_text(yaml.safe_dump(settings))
         node = AgentNode(
             name=name,
