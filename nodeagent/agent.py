@@ -13,12 +13,12 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from aiohttp import web
 
 from nodeagent import __version__, hostinfo, kuberuntime
-from nodeagent.apiserver import NODES, ApiClient, WatchCache
+from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
 from nodeagent.config import Config
@@ -226,9 +226,23 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
             + " need an API server",
         )
         return [*pods.managers, logs]
-    server = server_manager(
+    server = _kubelet_api(config, node, api=None, clock=clock, pods=pods)
+    return [*pods.managers, logs, server]
+
+
+def _kubelet_api(
+    config: Config,
+    node: NodeSettings,
+    *,
+    api: Api | None,
+    clock: Clock,
+    pods: PodManagers,
+    get_node: Callable[[], dict[str, Any] | None] = lambda: None,
+) -> Manager:
+    """The kubelet API server on ``port`` with its extensions (logs, stats, node logs)."""
+    return server_manager(
         config,
-        api=None,
+        api=api,
         clock=clock,
         node_name=node.node_name,
         hostname=node.hostname,
@@ -236,8 +250,8 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         pki_dir=node.pki_dir,
         pods=pods,
         extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
+        get_node=get_node,
     )
-    return [*pods.managers, logs, server]
 
 
 def _api_extensions(
@@ -357,16 +371,12 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
-    server = server_manager(
+    server = _kubelet_api(
         config,
+        node,
         api=api,
         clock=clock,
-        node_name=node.node_name,
-        hostname=node.hostname,
-        node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
-        pki_dir=node.pki_dir,
         pods=pods,
-        extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
         get_node=lambda: node_cache.get(node.node_name),
     )
     return [
