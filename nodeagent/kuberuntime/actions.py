@@ -139,9 +139,11 @@ def _running_sidecar(
     last: bool,
     previously: bool,
     startup: StartupResults | None,
+    failed: str | None = None,
 ) -> bool:
     """Plan for a running sidecar; True when it completes the initialization (the last init
-    container, started)."""
+    container, started). ``failed``: ``liveness`` when the prober condemned it (restarted
+    without holding back the next init container, as the kubelet does)."""
     started = _sidecar_started(container, record, startup)
     if started is None:
         return False
@@ -156,11 +158,20 @@ def _running_sidecar(
         message = f"Init container {container.name} definition changed"
         plan.to_kill.append(KillContainer(record.id, record.name, message))
         plan.to_start.append(index)
+    elif failed == "liveness":
+        message = f"Init container {container.name} failed liveness probe"
+        probe = container.liveness_probe
+        grace = probe.termination_grace_period_seconds if probe is not None else None
+        plan.to_kill.append(KillContainer(record.id, record.name, message, grace))
+        plan.to_start.append(index)
     return last
 
 
 def compute_init_container_actions(
-    pod: Pod, state: PodRuntimeState, startup: StartupResults | None = None
+    pod: Pod,
+    state: PodRuntimeState,
+    startup: StartupResults | None = None,
+    failed_probes: Mapping[str, str] | None = None,
 ) -> _InitPlan:
     """The kubelet's ``computeInitContainerActions``: init containers run one after the
     other; a sidecar lets the next one start once it is started and is kept running (and
@@ -200,6 +211,7 @@ def compute_init_container_actions(
                 last=index == len(inits) - 1,
                 previously=previously,
                 startup=startup,
+                failed=(failed_probes or {}).get(record.id),
             ):
                 initialized = True
         elif record.state is ContainerState.EXITED:
@@ -260,7 +272,7 @@ def compute_pod_actions(
     if create:
         return _new_sandbox_actions(pod, state, attempt, sandbox_id)
 
-    init = compute_init_container_actions(pod, state, startup)
+    init = compute_init_container_actions(pod, state, startup, failed_probes)
     inits = pod.spec.init_containers
     init_to_start = tuple(dict.fromkeys(inits[i].name for i in init.to_start))
     if init.kill_pod:

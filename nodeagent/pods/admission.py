@@ -98,12 +98,12 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                 ("readinessProbe", c.readiness_probe),
                 ("startupProbe", c.startup_probe),
             ):
-                if probe is not None and key == "initContainers":
+                if probe is not None and key == "initContainers" and c.restart_policy != "Always":
                     return AdmitResult(
                         False,
                         "ProbesNotSupported",
-                        f"{where}.{field}: init container {c.name!r} has a probe; nodeagent "
-                        "probes regular containers only",
+                        f"{where}.{field}: init container {c.name!r} has a probe; only "
+                        "regular and sidecar (restartPolicy: Always) containers are probed",
                     )
     return None
 

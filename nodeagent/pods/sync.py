@@ -248,6 +248,7 @@ class PodSync:
             host_dns=await self._host_dns(),
             on_event=self._on_event(pod),
             volumes=volumes,
+            startup=self._probes.startup_results(pod.uid),
             failed_probes=self._probes.failed_probes(pod.uid),
         )
         self._record(pod, result)

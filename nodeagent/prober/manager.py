@@ -66,6 +66,8 @@ class PodProbes(Protocol):
 
     def failed_probes(self, uid: str) -> dict[str, str]: ...
 
+    def startup_results(self, uid: str) -> dict[str, bool] | None: ...
+
 
 class NoProbes:
     def add_pod(self, pod: Pod) -> None:
@@ -82,6 +84,9 @@ class NoProbes:
 
     def failed_probes(self, uid: str) -> dict[str, str]:
         return {}
+
+    def startup_results(self, uid: str) -> dict[str, bool] | None:
+        return None
 
 
 def raw_container_id(status: Status) -> str:
@@ -103,6 +108,7 @@ class _Worker:
     container: Container
     probe_type: ProbeType
     spec: Probe
+    sidecar: bool = False
     trigger: asyncio.Event = field(default_factory=asyncio.Event)
     container_id: str = ""
     last_result: Result | None = None
@@ -160,8 +166,10 @@ class ProberManager:
 
     def add_pod(self, pod: Pod) -> None:
         """Start a worker for each probe of the pod's containers (idempotent; a known pod's
-        workers get the newest pod object, to see its deletion)."""
-        for container in pod.spec.containers:
+        workers get the newest pod object, to see its deletion). Sidecars (init containers
+        with ``restartPolicy: Always``) are probed like regular containers."""
+        sidecars = [c for c in pod.spec.init_containers if c.restart_policy == "Always"]
+        for container in (*sidecars, *pod.spec.containers):
             for probe_type in ProbeType:
                 spec = probe_type.spec(container)
                 if spec is None:
@@ -170,7 +178,8 @@ class ProberManager:
                 if worker is not None:
                     worker.pod = pod
                     continue
-                worker = _Worker(pod, container, probe_type, spec)
+                sidecar = container.restart_policy == "Always"
+                worker = _Worker(pod, container, probe_type, spec, sidecar=sidecar)
                 self._workers[worker.key] = worker
                 self._spawn.put_nowait(worker)
 
@@ -203,10 +212,10 @@ class ProberManager:
         return (uid, str(status.get("name")), ProbeType.STARTUP) not in self._workers
 
     def apply(self, pod: Pod, statuses: Sequence[MutableMapping[str, Any]]) -> None:
-        """``UpdatePodStatus``: set ``started`` and ``ready`` of the regular containers'
-        statuses. Ready needs a running, started container whose readiness probe (if it has
-        one) last succeeded; a container still waiting for its first readiness result has its
-        probe run now."""
+        """``UpdatePodStatus``: set ``started`` and ``ready`` of the regular (or sidecar)
+        containers' statuses. Ready needs a running, started container whose readiness probe
+        (if it has one) last succeeded; a container still waiting for its first readiness
+        result has its probe run now."""
         for status in statuses:
             started = self._is_started(pod.uid, status)
             status["started"] = started
@@ -233,6 +242,19 @@ class ProberManager:
             if self._cache(worker.probe_type).get(worker.container_id) is Result.FAILURE:
                 failed.setdefault(worker.container_id, worker.probe_type.value.lower())
         return failed
+
+    def startup_results(self, uid: str) -> dict[str, bool]:
+        """Container ID -> whether its startup probe succeeded, for each container of the pod
+        whose startup probe has a result (a sidecar with none yet holds the next init
+        container back)."""
+        results: dict[str, bool] = {}
+        for worker in self._workers.values():
+            if worker.pod.uid != uid or worker.probe_type is not ProbeType.STARTUP:
+                continue
+            found = self.startup.get(worker.container_id) if worker.container_id else None
+            if found is Result.SUCCESS or found is Result.FAILURE:
+                results[worker.container_id] = found is Result.SUCCESS
+        return results
 
     # --- running -------------------------------------------------------------------------
 
@@ -310,7 +332,10 @@ class ProberManager:
         container_status = next(
             (
                 s
-                for s in status.get("containerStatuses") or []
+                for s in status.get(
+                    "initContainerStatuses" if worker.sidecar else "containerStatuses"
+                )
+                or []
                 if s.get("name") == worker.container.name
             ),
             None,
@@ -331,7 +356,9 @@ class ProberManager:
         running = state.get("running")
         if running is None:
             cache.set(container_id, Result.FAILURE, uid)
-            return "terminated" not in state or pod.spec.restart_policy != "Never"
+            # a sidecar is restarted whatever the pod's restartPolicy
+            restarted = worker.sidecar or pod.spec.restart_policy != "Never"
+            return "terminated" not in state or restarted
         if pod.deleted and worker.probe_type is not ProbeType.READINESS:
             cache.set(container_id, Result.SUCCESS, uid)  # a quiet shutdown
             return False

@@ -29,7 +29,7 @@ REJECTED_PREFIX: Final = "Pod was rejected: "
 
 
 class ProbeView(Protocol):
-    """The prober's say on the regular containers' ``started`` and ``ready``."""
+    """The prober's say on the regular and sidecar containers' ``started`` and ``ready``."""
 
     def apply(self, pod: Pod, statuses: Sequence[MutableMapping[str, Any]]) -> None: ...
 
@@ -71,6 +71,8 @@ def generate_pod_status(
     )
     if probes is not None:
         probes.apply(pod, statuses)
+        sidecars = {c.name for c in pod.spec.init_containers if c.restart_policy == "Always"}
+        probes.apply(pod, [s for s in init_statuses if s.get("name") in sidecars])
     phase = pod_phase(pod, [*init_statuses, *statuses], terminal=terminal)
     if phase not in TERMINAL:
         if previous.get("phase") in TERMINAL:

@@ -11,6 +11,8 @@ in-memory API (``podnode.running_node`` with a running ``EventRecorder``).
 - a failing liveness probe restarts the container (``restartCount`` grows, ``Killing`` Event),
   with the probe-level ``terminationGracePeriodSeconds`` instead of the pod's 30 s;
 - a slow startup probe holds liveness back until it succeeds;
+- a sidecar's startup probe holds the app container back until it succeeds, and its failing
+  readiness probe keeps its ``ready`` (in ``initContainerStatuses``) and the pod's Ready false;
 - the whole agent (proxy on) on the real control plane: a Service's pod that fails its
   readiness probe is a not-ready endpoint in the EndpointSlice the controller writes, and curl
   to the ClusterIP from the node's network namespace only ever reaches the ready pod.
@@ -350,6 +352,87 @@ async def test_slow_startup_probe_holds_liveness_back(node: Node) -> None:
     messages = [m for _, _, m in events(node, "slow")]
     assert "Liveness probe failed: " in messages
     assert "Container app failed liveness probe, will be restarted" in messages
+
+
+def init_status_of(pod: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    statuses = (pod or {}).get("status", {}).get("initContainerStatuses") or []
+    return next((s for s in statuses if s["name"] == name), {})
+
+
+async def test_a_sidecars_startup_probe_holds_the_app_back_and_its_readiness_the_pod(
+    node: Node,
+) -> None:
+    script = "sleep 6; touch /tmp/started; exec sleep 3600"
+    probes = {
+        "startupProbe": {
+            "exec": {"command": ["cat", "/tmp/started"]},
+            "periodSeconds": 1,
+            "failureThreshold": 60,
+        },
+        "readinessProbe": {
+            "exec": {"command": ["sh", "-c", "echo proxy not ready; exit 1"]},
+            "periodSeconds": 1,
+            "failureThreshold": 1,
+        },
+    }
+    sidecar = container(
+        "proxy",
+        image=BUSYBOX_IMAGE,
+        command=["sh", "-c", script],
+        restartPolicy="Always",
+        **probes,
+    )
+    node.create(
+        "meshed",
+        init_containers=[sidecar],
+        containers=[container("app", image=BUSYBOX_IMAGE, command=["sleep", "3600"])],
+    )
+    await until(
+        "the sidecar running",
+        lambda: "running" in init_status_of(node.pod("meshed"), "proxy").get("state", {}),
+        within=30,
+    )
+    began = time.monotonic()
+    while time.monotonic() - began < 4:  # the startup probe fails for 6 s
+        pod = node.pod("meshed")
+        proxy = init_status_of(pod, "proxy")
+        assert (proxy["started"], proxy["ready"]) == (False, False), proxy
+        assert "waiting" in status_of(pod)["state"], status_of(pod)
+        assert condition(pod, "Initialized")["status"] == "False"
+        await asyncio.sleep(0.5)
+    await until(
+        "the app running",
+        lambda: "running" in status_of(node.pod("meshed")).get("state", {}),
+        within=30,
+        explain=lambda: node.pod("meshed"),
+    )
+    assert time.monotonic() - began > 4
+    startup = [m for _, _, m in events(node, "meshed", "Unhealthy") if "Startup" in m]
+    assert startup and all(m.startswith("Startup probe failed: cat: ") for m in startup)
+
+    def settled_unready() -> bool:
+        pod = node.pod("meshed")
+        return (
+            init_status_of(pod, "proxy").get("started") is True
+            and status_of(pod).get("ready") is True
+            and condition(pod, "Initialized").get("status") == "True"
+        )
+
+    await until("the sidecar started", settled_unready, within=30)
+    for _ in range(6):  # held: the sidecar never becomes ready, so neither does the pod
+        pod = node.pod("meshed")
+        assert init_status_of(pod, "proxy")["ready"] is False
+        assert condition(pod, "Ready")["status"] == "False"
+        assert condition(pod, "Ready")["reason"] == "ContainersNotReady"
+        message = "containers with unready status: [proxy]"
+        assert condition(pod, "ContainersReady")["message"] == message
+        await asyncio.sleep(0.5)
+    unhealthy = {
+        (e["involvedObject"].get("fieldPath"), e["message"])
+        for e in node.server.objects(EVENTS)
+        if e["involvedObject"]["name"] == "meshed" and e["reason"] == "Unhealthy"
+    }
+    assert ("spec.initContainers{proxy}", "Readiness probe failed: proxy not ready\n") in unhealthy
 
 
 # --- the whole agent on the real control plane ------------------------------------------------

@@ -169,6 +169,25 @@ def test_a_sidecar_with_a_startup_probe_holds_the_next_init_until_started() -> N
     assert failed.containers_to_kill[0].message == "Init container proxy failed startup probe"
 
 
+def test_a_sidecar_failing_liveness_is_restarted_with_the_probe_grace_the_app_kept() -> None:
+    probe = {"exec": {"command": ["alive"]}, "terminationGracePeriodSeconds": 3}
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always", livenessProbe=probe)],
+        containers=[container("app")],
+        restart_policy="Never",  # a sidecar is restarted whatever the pod's policy
+    )
+    proxy, app = ctr("proxy", RUNNING), ctr("app", RUNNING)
+    state = runtime(proxy, app)
+    assert compute_pod_actions(p, state, {}) == PodActions(sandbox_id="sb0")
+    actions = compute_pod_actions(p, state, {proxy.id: "liveness"})
+    assert actions.containers_to_kill == (
+        KillContainer(proxy.id, "proxy", "Init container proxy failed liveness probe", 3),
+    )
+    assert actions.init_containers_to_start == ("proxy",)
+    assert actions.containers_to_start == ()
+    assert not actions.kill_pod
+
+
 # --- status -------------------------------------------------------------------------
 
 

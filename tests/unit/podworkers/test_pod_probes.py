@@ -112,3 +112,108 @@ async def test_failed_liveness_kills_with_the_probe_grace_restarts_then_backs_of
         )
         assert app_status(server)["restartCount"] == 2
         await until(lambda: app_status(server).get("restartCount") == 3, within=15)
+
+
+def init_status(server: FakeApiServer, name: str) -> dict[str, Any]:
+    pod = server.stored(PODS, "web", "default") or {}
+    statuses = pod.get("status", {}).get("initContainerStatuses") or []
+    return next((s for s in statuses if s["name"] == name), {})
+
+
+def condition(server: FakeApiServer, kind: str) -> dict[str, Any]:
+    pod = server.stored(PODS, "web", "default") or {}
+    found = [c for c in pod.get("status", {}).get("conditions") or [] if c["type"] == kind]
+    return found[0] if found else {}
+
+
+def counting(codes: dict[str, int], calls: list[str]) -> Any:
+    def handler(container_id: str, cmd: Sequence[str]) -> cri.ExecSyncResponse:
+        calls.append(cmd[0])
+        return cri.ExecSyncResponse(stdout=b"said so\n", exit_code=codes.get(cmd[0], 0))
+
+    return handler
+
+
+async def test_a_sidecars_startup_probe_holds_the_app_back_until_it_succeeds() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    codes, calls = {"started": 1}, []
+    runtime.exec_handler = counting(codes, calls)
+    probe = {"exec": {"command": ["started"]}, "periodSeconds": 1, "failureThreshold": 100}
+    sidecar = container("proxy", command=["sleep", "1"], restartPolicy="Always", startupProbe=probe)
+    async with running_stack(server, runtime):
+        seed(
+            server,
+            init_containers=[sidecar],
+            containers=[container("app", command=["sleep", "1"])],
+        )
+        await until(lambda: "running" in init_status(server, "proxy").get("state", {}))
+        await until(lambda: calls.count("started") >= 5, within=10)
+        proxy = init_status(server, "proxy")
+        assert (proxy["started"], proxy["ready"]) == (False, False)
+        assert "waiting" in app_status(server)["state"]
+        assert condition(server, "Initialized")["status"] == "False"
+        codes["started"] = 0
+        await until(lambda: "running" in app_status(server).get("state", {}), within=5)
+        proxy = init_status(server, "proxy")
+        assert (proxy["started"], proxy["ready"]) == (True, True)
+        await until(lambda: condition(server, "Ready").get("status") == "True", within=5)
+
+
+async def test_a_sidecars_readiness_drives_its_ready_flag_and_the_pods_ready() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    codes = {"check": 1}
+    runtime.exec_handler = exit_code_of(codes)
+    probe = {"exec": {"command": ["check"]}, "periodSeconds": 2, "failureThreshold": 1}
+    sidecar = container(
+        "proxy", command=["sleep", "1"], restartPolicy="Always", readinessProbe=probe
+    )
+    async with running_stack(server, runtime):
+        seed(
+            server,
+            init_containers=[sidecar],
+            containers=[container("app", command=["sleep", "1"])],
+        )
+        await until(lambda: "running" in app_status(server).get("state", {}))
+        await until(lambda: condition(server, "Ready").get("status") == "False", within=5)
+        proxy = init_status(server, "proxy")
+        assert (proxy["started"], proxy["ready"]) == (True, False)
+        assert app_status(server)["ready"] is True
+        ready = condition(server, "Ready")
+        assert ready["reason"] == "ContainersNotReady"
+        assert ready["message"] == "containers with unready status: [proxy]"
+        assert condition(server, "ContainersReady")["status"] == "False"
+        codes["check"] = 0
+        await until(lambda: condition(server, "Ready").get("status") == "True", within=5)
+        assert init_status(server, "proxy")["ready"] is True
+
+
+async def test_a_sidecars_failed_liveness_restarts_it_and_leaves_the_app_running() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    runtime.exec_handler = exit_code_of({"alive": 1})
+    events = Recorded()
+    probe = {"exec": {"command": ["alive"]}, "periodSeconds": 1, "failureThreshold": 2}
+    sidecar = container(
+        "proxy", command=["sleep", "1"], restartPolicy="Always", livenessProbe=probe
+    )
+    async with running_stack(server, runtime, events=events) as stack:
+        seed(
+            server,
+            init_containers=[sidecar],
+            containers=[container("app", command=["sleep", "1"])],
+        )
+        await until(lambda: init_status(server, "proxy").get("restartCount") == 1, within=30)
+        assert (
+            "spec.initContainers{proxy}",
+            "Killing",
+            "Init container proxy failed liveness probe",
+        ) in events.events
+        assert (
+            "spec.initContainers{proxy}",
+            "Unhealthy",
+            "Liveness probe failed: said so\n",
+        ) in events.events
+        assert len(await stack.running("app")) == 1
+        assert app_status(server)["restartCount"] == 0

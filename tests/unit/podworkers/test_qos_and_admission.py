@@ -163,16 +163,29 @@ def test_a_stop_signal_is_refused_naming_the_field() -> None:
     assert "SIGUSR1" in result.message
 
 
-def test_probes_on_init_containers_are_refused_naming_the_field() -> None:
+def test_probes_on_plain_init_containers_are_refused_naming_the_field() -> None:
     p = pod(
         init_containers=[
-            container("proxy", restartPolicy="Always", readinessProbe={"tcpSocket": {"port": 80}})
+            container("setup", readinessProbe={"tcpSocket": {"port": 80}}),
         ]
     )
     result = admit_pod(p, allocatable=NODE, admitted=[])
     assert result.reason == "ProbesNotSupported"
     assert "spec.initContainers[0].readinessProbe" in result.message
-    assert "'proxy'" in result.message
+    assert "'setup'" in result.message
+
+
+def test_probes_on_sidecars_are_admitted() -> None:
+    probe = {"tcpSocket": {"port": 80}}
+    sidecar = container(
+        "proxy",
+        restartPolicy="Always",
+        readinessProbe=probe,
+        livenessProbe=probe,
+        startupProbe=probe,
+    )
+    p = pod(init_containers=[sidecar], containers=[container("web")])
+    assert admit_pod(p, allocatable=NODE, admitted=[]).admit
 
 
 def test_probes_on_app_containers_are_admitted() -> None:

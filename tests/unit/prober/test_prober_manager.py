@@ -334,3 +334,58 @@ async def test_the_pods_sync_is_woken_by_a_changed_result_only() -> None:
         await asyncio.sleep(5)
         # the initial Failure, then Success: two changes, however many runs
         assert h.updates == 2
+
+
+async def test_a_sidecar_is_probed_from_its_init_container_status() -> None:
+    probe = exec_probe("started", periodSeconds=1, failureThreshold=100)
+    spec = pod(
+        "web",
+        init_containers=[
+            container(
+                "proxy",
+                restartPolicy="Always",
+                startupProbe=probe,
+                readinessProbe=exec_probe("ready", periodSeconds=1),
+            ),
+            container("setup", command=["true"]),
+        ],
+        containers=[container("app")],
+        restart_policy="Never",
+    )
+    h = Harness(spec)
+    h.status["initContainerStatuses"] = [
+        {
+            "name": "proxy",
+            "containerID": "containerd://s1",
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+            "ready": True,
+            "started": True,
+        }
+    ]
+
+    def regenerate() -> None:
+        h.prober.apply(spec, h.status["initContainerStatuses"])
+
+    h.regenerate = regenerate  # type: ignore[method-assign]
+    h.runtime.exit_codes["started"] = 1
+    async with started(h):
+        regenerate()
+        assert sorted(w[1:] for w in h.prober.workers()) == [
+            ("proxy", "Readiness"),
+            ("proxy", "Startup"),
+        ]
+        await asyncio.sleep(3)
+        assert h.prober.startup_results(spec.uid) == {}  # no result yet: the next init waits
+        proxy = h.status["initContainerStatuses"][0]
+        assert (proxy["started"], proxy["ready"]) == (False, False)
+        assert {cid for _, cid, _ in h.runtime.calls} == {"s1"}
+        h.runtime.exit_codes["started"] = 0
+        await asyncio.sleep(3)
+        assert h.prober.startup_results(spec.uid) == {"s1": True}
+        assert proxy["started"] is True
+        await asyncio.sleep(2)
+        assert proxy["ready"] is True
+        # a sidecar that exited is restarted even under restartPolicy Never: still probed
+        proxy["state"] = {"terminated": {"exitCode": 1}}
+        await asyncio.sleep(2)
+        assert len(h.prober.workers()) == 2
