@@ -117,7 +117,10 @@ class ApiEnvSource:
         config_maps = {n: await self._data(CONFIGMAPS, pod.namespace, n) for n in config_map_names}
         secrets = {n: await self._data(SECRETS, pod.namespace, n) for n in secret_names}
         links = pod.spec.enable_service_links is not False
-        if not self._services_synced() and self._wait_services is not None:
+        # As the kubelet: a static pod never waits for the Service list (it must run while
+        # the API server is unreachable, e.g. the API server's own static pod).
+        must_sync = not pod.is_static
+        if must_sync and not self._services_synced() and self._wait_services is not None:
             # Just after start the first Service list is usually a moment away: wait for it
             # briefly rather than refuse the container (and retry it 10 s later).
             with contextlib.suppress(TimeoutError):
@@ -128,7 +131,7 @@ class ApiEnvSource:
             service_env=service_env(
                 self._services(), namespace=pod.namespace, enable_service_links=links
             ),
-            services_synced=self._services_synced(),
+            services_synced=self._services_synced() or not must_sync,
             config_maps=config_maps,
             secrets=secrets,
         )

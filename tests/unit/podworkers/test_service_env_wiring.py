@@ -85,6 +85,42 @@ async def test_no_environment_before_the_services_were_listed_once() -> None:
     )
 
 
+async def test_a_static_pod_never_waits_for_the_service_list() -> None:
+    waited: list[bool] = []
+
+    async def wait_services() -> None:
+        waited.append(True)
+        await asyncio.Event().wait()
+
+    env = ApiEnvSource(
+        api=FakeApiServer(),
+        host_ips=tuple,
+        allocatable=dict,
+        services_synced=lambda: False,
+        wait_services=wait_services,
+    )
+    pod = decode_pod(
+        {
+            "metadata": {
+                "name": "etcd-n1",
+                "namespace": "kube-system",
+                "uid": "u2",
+                "annotations": {"kubernetes.io/config.source": "file"},
+            },
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}
+                ]
+            },
+        }
+    )
+
+    inputs = await asyncio.wait_for(env.inputs(pod), 1)
+
+    assert waited == []
+    assert ("A", "1") in make_environment(pod, pod.spec.containers[0], inputs)
+
+
 async def test_the_first_service_list_is_awaited_briefly_before_refusing() -> None:
     server = FakeApiServer()
     server.seed(ALL_SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
