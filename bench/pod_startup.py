@@ -80,6 +80,14 @@ class Window:
 
 
 @dataclass
+class Node:
+    proc: Proc
+    ctd: Containerd
+    name: str
+    namespace: str
+
+
+@dataclass
 class Result:
     singles: list[float] = field(default_factory=list)  # quiet node: create -> Running (s)
     bursts: list[Burst] = field(default_factory=list)
@@ -172,7 +180,10 @@ class PodBench:
             self.kubelet, name=name, kubeconfig=kubeconfig, root=root, config=path
         )
 
-    def run(self, component: str) -> Result:
+    @contextlib.contextmanager
+    def node(self, component: str, result: Result) -> Iterator[Node]:
+        """The component running as a new, Ready Node on a fresh containerd, with a namespace
+        of its own; everything is stopped and removed on exit (also on error)."""
         suffix = secrets.token_hex(2)
         name, namespace = f"bench-{component}-{suffix}", f"pods-{suffix}"
         cgroup_name = f"na-bench-{component}-{suffix}"
@@ -180,7 +191,6 @@ class PodBench:
         root = base / "root"
         root.mkdir(parents=True)
         host = comp.HostState.snapshot()
-        result = Result()
         with contextlib.ExitStack() as stack:  # undone in reverse: the component stops first
             stack.callback(self.forget, name=name, namespace=namespace)
             stack.callback(unmount_and_remove, base)
@@ -209,6 +219,15 @@ class PodBench:
                 what="the namespace's default ServiceAccount",
                 timeout=60,
             )
+            yield Node(proc=proc, ctd=ctd, name=name, namespace=namespace)
+            if component == "nodeagent":
+                result.notes.append(nodeagent_identity(self.log_dir / "nodeagent.log"))
+            result.notes.append(f"node {name}: pods in {namespace}, cgroup root {cgroups}")
+
+    def run(self, component: str) -> Result:
+        result = Result()
+        with self.node(component, result) as node:
+            proc, ctd, name, namespace = node.proc, node.ctd, node.name, node.namespace
             created = 0
             if self.args.singles > 0:
                 wait_quiet(proc, max_load=self.args.max_load, max_wait=self.args.max_wait)
@@ -246,9 +265,6 @@ class PodBench:
                     result.windows.append(self.idle(proc, ctd, pods=created))
             result.hwm_kib = m.sample(proc.pid, now=time.time()).hwm_kib
             result.deleted_s = self.delete(proc, namespace)
-            if component == "nodeagent":
-                result.notes.append(nodeagent_identity(self.log_dir / "nodeagent.log"))
-            result.notes.append(f"node {name}: pods in {namespace}, cgroup root {cgroups}")
         return result
 
     def burst(self, proc: Proc, ctd: Containerd, namespace: str, bodies: list[dict]) -> Burst:
