@@ -77,6 +77,8 @@ class Harness:
         self.events = Events()
         self.status: dict[str, Any] = {"phase": "Pending", "podIP": "10.0.0.5"}
         self.updates = 0
+        self.statuses_key = "containerStatuses"
+        """Which statuses the prober is fed: ``initContainerStatuses`` for sidecars."""
         self.prober = ProberManager(
             io=ProbeIO(runtime=self.runtime, user_agent="kube-probe/1.36"),
             pod_status=lambda uid: self.status if uid == self.pod.uid else None,
@@ -91,7 +93,7 @@ class Harness:
         self.regenerate()
 
     def regenerate(self) -> None:
-        self.prober.apply(self.pod, self.status.get("containerStatuses") or [])
+        self.prober.apply(self.pod, self.status.get(self.statuses_key) or [])
 
     def run_container(self, container_id: str, name: str = "app") -> None:
         """The runtime started ``container_id`` now (the generated status says so)."""
@@ -363,10 +365,8 @@ async def test_a_sidecar_is_probed_from_its_init_container_status() -> None:
         }
     ]
 
-    def regenerate() -> None:
-        h.prober.apply(spec, h.status["initContainerStatuses"])
-
-    h.regenerate = regenerate  # type: ignore[method-assign]
+    h.statuses_key = "initContainerStatuses"
+    regenerate = h.regenerate
     h.runtime.exit_codes["started"] = 1
     async with started(h):
         regenerate()

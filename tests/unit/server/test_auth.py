@@ -110,7 +110,10 @@ async def test_access_reviews_cached_by_decision() -> None:
     pods = Attributes(verb="get", subresource="pods", name="n", path="/pods")
     assert not await authz.authorize(alice, proxy)
     assert await authz.authorize(alice, pods)
-    calls = lambda: len(api.calls_to("create", "subjectaccessreviews"))  # noqa: E731
+
+    def calls() -> int:
+        return len(api.calls_to("create", "subjectaccessreviews"))
+
     assert calls() == 2
     clock.t += 29
     await authz.authorize(alice, proxy)
