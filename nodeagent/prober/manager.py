@@ -96,10 +96,13 @@ def raw_container_id(status: Status) -> str:
 
 
 def _parse_time(text: str) -> dt.datetime | None:
+    """An RFC 3339 ``startedAt``; ``fromisoformat`` (C) rather than ``strptime``, which was
+    4 % of the agent's samples with 200 probes a second (docs/benchmarks.md)."""
     try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+        parsed = dt.datetime.fromisoformat(text)
     except (TypeError, ValueError):
         return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 @dataclass(eq=False)
