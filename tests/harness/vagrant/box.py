@@ -4,8 +4,8 @@ The VM tier's image is a bare ext4 filesystem booted with ``-kernel``, driven ov
 with a static address on qemu's user network. Vagrant needs a disk that boots on its own, ssh
 with the ``vagrant`` user, and DHCP on the management network. :func:`ensure_box`:
 
-1. copies the base image's filesystem into partition 1 of a new raw disk (host side, no loop
-   device and no mount);
+1. copies the base image's filesystem into partition 1 of a new raw disk (host side: a DOS
+   partition table written here, ``dd``; no loop device, no mount, no partitioning tool);
 2. boots the VM tier's :class:`~harness.vm.Machine` on its usual overlay, with that disk as
    ``/dev/vdb``, and in a chroot on ``/dev/vdb1`` installs openssh-server, sudo and GRUB from
    ``.deb`` files downloaded on the host (``apt-get download``, resolved against the guest's own
@@ -28,6 +28,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import tarfile
 import time
@@ -41,6 +42,7 @@ Progress = Callable[[str], None]
 
 BOX_NAME = "nodeagent/bookworm"
 BOX_FILE = "nodeagent-bookworm.box"
+KEEP_BOXES = 2
 GUEST_PACKAGES = ("openssh-server", "sudo", "grub-pc-bin", "grub2-common")
 GUEST_DEB_DIR = "/mnt/box/var/cache/nodeagent-box"
 PARTITION_START = 1 << 20  # 1 MiB: room for GRUB's core image before partition 1
@@ -130,7 +132,12 @@ echo "box: done"
 
 
 def _digest() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    """What shapes the box's content (not this module's other code, so a refactor keeps the
+    cached box): the guest script, the packages, the partition layout, the box's Vagrantfile."""
+    recipe = json.dumps(
+        [GUEST_SCRIPT, GUEST_PACKAGES, PARTITION_START, KERNEL_CMDLINE, BOX_VAGRANTFILE]
+    )
+    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
 def box_dir(cache: Path, image: Image) -> Path:
@@ -154,6 +161,7 @@ def ensure_box(image: Image, *, cache: Path, progress: Progress = print) -> Path
     out = box_dir(cache, image)
     box = out / BOX_FILE
     if box.exists():
+        os.utime(out)  # most recently used: kept by _prune
         return box
     out.parent.mkdir(parents=True, exist_ok=True)
     with _locked(out.parent / ".build.lock"):
@@ -170,7 +178,16 @@ def ensure_box(image: Image, *, cache: Path, progress: Progress = print) -> Path
             work.rename(out)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        _prune(out.parent, keep=KEEP_BOXES)
     return box
+
+
+def _prune(directory: Path, *, keep: int) -> None:
+    """Keep the `keep` most recently used boxes (a box is ~1 GB; one per VM image recipe)."""
+    boxes = [d for d in directory.iterdir() if d.is_dir() and (d / BOX_FILE).exists()]
+    boxes.sort(key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in boxes[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _build(image: Image, work: Path, *, cache: Path, progress: Progress) -> None:
@@ -181,8 +198,8 @@ def _build(image: Image, work: Path, *, cache: Path, progress: Progress) -> None
     size = PARTITION_START + fs.stat().st_size
     with open(disk, "wb") as f:
         f.truncate(size)
-    layout = f"start={PARTITION_START // 512}, type=83, bootable\n"
-    subprocess.run(["sfdisk", "-q", str(disk)], input=layout.encode(), check=True)
+    with open(disk, "r+b") as f:
+        f.write(mbr(PARTITION_START, size - PARTITION_START))
     _run(
         "dd", f"if={fs}", f"of={disk}", "bs=1M", f"seek={PARTITION_START >> 20}",
         "conv=notrunc,sparse", "status=none",
@@ -224,6 +241,15 @@ def _build(image: Image, work: Path, *, cache: Path, progress: Progress) -> None
             tar.add(work / name, arcname=name)
     (work / "box.img").unlink()
     tmp.rename(work / BOX_FILE)
+
+
+def mbr(start: int, length: int) -> bytes:
+    """A DOS partition table with one bootable Linux partition (LBA only; CHS fields saturated,
+    as for any disk past 8 GB). GRUB's boot code goes into the first 446 bytes later."""
+    entry = struct.pack(
+        "<B3sB3sII", 0x80, b"\xfe\xff\xff", 0x83, b"\xfe\xff\xff", start // 512, length // 512
+    )
+    return bytes(446) + entry + bytes(48) + b"\x55\xaa"
 
 
 def download_missing(status: Path, packages: tuple[str, ...], into: Path) -> list[Path]:

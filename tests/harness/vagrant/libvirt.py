@@ -80,6 +80,7 @@ class LibvirtHost:
     run_dir: Path
     before: Inventory | None = None
     started: dict[str, int] = field(default_factory=dict)  # daemon name -> pid
+    tables_before: set[str] | None = None  # nft tables before the test started libvirtd
 
     def new_since_start(self) -> Inventory:
         assert self.before is not None
@@ -93,6 +94,7 @@ class LibvirtHost:
 
     def start(self) -> None:
         if not responds():
+            self.tables_before = nft_tables()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             for daemon in ("virtlogd", "libvirtd"):
                 pid_file = self.run_dir / f"{daemon}.pid"
@@ -134,6 +136,9 @@ class LibvirtHost:
             pid = self.started.pop(daemon, None)
             if pid is not None:
                 _terminate(pid)
+        if self.tables_before is not None:
+            remove_libvirt_tables(self.tables_before)
+            self.tables_before = None
 
     def live_started_pids(self) -> list[int]:
         return [pid for pid in self.started.values() if is_alive(pid)]
@@ -150,6 +155,33 @@ def libvirt_host(run_dir: Path) -> Iterator[LibvirtHost]:
             host.clean()
         finally:
             host.stop()
+
+
+def nft_tables() -> set[str]:
+    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True)
+    return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
+
+
+def remove_libvirt_tables(before: set[str]) -> list[str]:
+    """libvirtd's network driver creates the iptables(-nft) tables ``ip filter``, ``ip nat``, ...
+    with its empty ``LIBVIRT_*`` chains on start and never removes them. Delete each such table
+    that did not exist before and holds nothing but jumps to ``LIBVIRT_*`` chains."""
+    removed = []
+    for table in sorted(nft_tables() - before):
+        listing = subprocess.run(
+            ["nft", "list", "table", *table.split()], capture_output=True, text=True, check=False
+        ).stdout
+        rules = [
+            line.strip() for line in listing.splitlines() if line.strip().startswith("counter")
+        ]
+        chains = [
+            line.split()[1] for line in listing.splitlines() if line.strip().startswith("chain")
+        ]
+        others = [c for c in chains if not c.startswith("LIBVIRT_")]
+        if all("jump LIBVIRT_" in r for r in rules) and all(c.isupper() for c in others):
+            subprocess.run(["nft", "delete", "table", *table.split()], check=False)
+            removed.append(table)
+    return removed
 
 
 def processes_matching(*needles: str) -> list[str]:
