@@ -17,7 +17,7 @@ PYTEST := $(PY) -m pytest
 help:
 	@echo "make up        set up everything and start a local single-node cluster with nodeagent as its node"
 	@echo "make down      stop and clean everything 'make up' started"
-	@echo "make test      the whole test suite (lint, types, unit, integration, system)"
+	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
 	@echo "make packages  build the .deb and .rpm into dist/"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
@@ -95,7 +95,7 @@ vagrant-test: venv vagrant-deps binaries packages
 	$(PYTEST) tests/vagrant -q
 
 .PHONY: test
-test: host-deps venv lint unit integration vm-test
+test: host-deps venv lint unit integration vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 
