@@ -157,7 +157,14 @@ def test_vagrant_up_joins_a_ready_node_and_destroy_leaves_nothing(
             assert DOMAIN in host.new_since_start().domains
 
             # The node registered from the VM and the host's apiserver sees it Ready.
-            assert_joined(wait_ready(control_plane, READY_TIMEOUT_S))
+            try:
+                ready = wait_ready(control_plane, READY_TIMEOUT_S)
+            except AssertionError as e:
+                journal = vagrant(
+                    "ssh", "-c", "sudo journalctl -u nodeagent --no-pager -n 40", check=False
+                )
+                raise AssertionError(f"{e}\nnodeagent journal in the VM:\n{journal}") from None
+            assert_joined(ready)
             timings["ready"] = time.monotonic() - started
 
             # The README's check: the service is active inside the VM.
