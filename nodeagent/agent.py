@@ -30,8 +30,11 @@ from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
+from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
+from nodeagent.nodeshutdown.manager import NodeShutdownManager
+from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
@@ -340,6 +343,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 version=runtime.version(),
             ),
             images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
+            other_errors=lambda: shutdown.errors(),  # noqa: PLW0108 - shutdown is built below
         ),
         on_repeated_failure=api.reset_connections,
         on_reported=report.status_reported,
@@ -360,6 +364,18 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         deleter=GracePeriodZeroDeleter(api=api),
         events=events,
         node_events=events,
+        shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
+    )
+    shutdown = NodeShutdownManager(
+        logind=DbusLogind(),
+        groups=shutdown_groups(config.kubelet),
+        clock=clock,
+        state_dir=node.root_dir,
+        active_pods=pods.active_pods,
+        kill_pod=pods.kill_pod,
+        status_pending=pods.status.pending,
+        on_change=status.poke,
+        events=events,
     )
     proxy = proxy_managers(
         config,
@@ -382,6 +398,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        shutdown,
         logs,
         server,
         *proxy,
