@@ -41,6 +41,7 @@ from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.managers import PodManagers, pod_managers
+from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
@@ -201,9 +202,14 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
 def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     """Standalone with a ``staticPodPath``: the static pods run, as the kubelet runs them
     without an API server (no mirror pods, statuses stay local). Without one: nothing."""
-    if not config.kubelet.static_pod_path:
-        return [NullManager(name="standalone")]
     clock = RealClock()
+    if not config.kubelet.static_pod_path:
+        # No pods, but the kubelet still holds its inhibitor lock (and a shutdown is
+        # delayed only by the time the empty groups take: none).
+        return [
+            NullManager(name="standalone"),
+            _shutdown_manager(config, node, clock=clock, pods=None, on_change=lambda: None),
+        ]
     pods = pod_managers(
         config,
         api=None,
@@ -212,6 +218,7 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         get_node=lambda: None,
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
+    shutdown = _shutdown_manager(config, node, clock=clock, pods=pods, on_change=lambda: None)
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     needs_api = [
         field
@@ -228,9 +235,36 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
             + ", ".join(needs_api)
             + " need an API server",
         )
-        return [*pods.managers, logs]
+        return [*pods.managers, shutdown, logs]
     server = _kubelet_api(config, node, api=None, clock=clock, pods=pods)
-    return [*pods.managers, logs, server]
+    return [*pods.managers, shutdown, logs, server]
+
+
+def _shutdown_manager(
+    config: Config,
+    node: NodeSettings,
+    *,
+    clock: Clock,
+    pods: PodManagers | None,
+    on_change: Callable[[], None],
+    events: EventRecorder | None = None,
+) -> NodeShutdownManager:
+    """Graceful node shutdown through logind (the kubelet's ``nodeshutdown`` manager)."""
+
+    async def no_kill(pod: Pod, grace: int, mutate: Callable[[Any], Any]) -> None:
+        del pod, grace, mutate
+
+    return NodeShutdownManager(
+        logind=DbusLogind(),
+        groups=shutdown_groups(config.kubelet),
+        clock=clock,
+        state_dir=node.root_dir,
+        active_pods=pods.active_pods if pods is not None else list,
+        kill_pod=pods.kill_pod if pods is not None else no_kill,
+        status_pending=pods.status.pending if pods is not None else lambda: False,
+        on_change=on_change,
+        events=events,
+    )
 
 
 def _kubelet_api(
@@ -366,16 +400,8 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_events=events,
         shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
     )
-    shutdown = NodeShutdownManager(
-        logind=DbusLogind(),
-        groups=shutdown_groups(config.kubelet),
-        clock=clock,
-        state_dir=node.root_dir,
-        active_pods=pods.active_pods,
-        kill_pod=pods.kill_pod,
-        status_pending=pods.status.pending,
-        on_change=status.poke,
-        events=events,
+    shutdown = _shutdown_manager(
+        config, node, clock=clock, pods=pods, on_change=status.poke, events=events
     )
     proxy = proxy_managers(
         config,
