@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from nodeagent import __version__, cgroups, config
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
+from nodeagent.nodeshutdown import cli as shutdown_cli
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_cli.register(sub)
     status_cli.register(sub)
     proxy_cli.register(sub)
+    shutdown_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)

@@ -30,14 +30,18 @@ from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.log import Logger, get_logger
+from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
+from nodeagent.nodeshutdown.manager import NodeShutdownManager
+from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.managers import PodManagers, pod_managers
+from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
@@ -198,9 +202,14 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
 def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     """Standalone with a ``staticPodPath``: the static pods run, as the kubelet runs them
     without an API server (no mirror pods, statuses stay local). Without one: nothing."""
-    if not config.kubelet.static_pod_path:
-        return [NullManager(name="standalone")]
     clock = RealClock()
+    if not config.kubelet.static_pod_path:
+        # No pods, but the kubelet still holds its inhibitor lock (and a shutdown is
+        # delayed only by the time the empty groups take: none).
+        return [
+            NullManager(name="standalone"),
+            _shutdown_manager(config, node, clock=clock, pods=None, on_change=lambda: None),
+        ]
     pods = pod_managers(
         config,
         api=None,
@@ -209,6 +218,7 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         get_node=lambda: None,
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
+    shutdown = _shutdown_manager(config, node, clock=clock, pods=pods, on_change=lambda: None)
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     needs_api = [
         field
@@ -225,9 +235,36 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
             + ", ".join(needs_api)
             + " need an API server",
         )
-        return [*pods.managers, logs]
+        return [*pods.managers, shutdown, logs]
     server = _kubelet_api(config, node, api=None, clock=clock, pods=pods)
-    return [*pods.managers, logs, server]
+    return [*pods.managers, shutdown, logs, server]
+
+
+def _shutdown_manager(
+    config: Config,
+    node: NodeSettings,
+    *,
+    clock: Clock,
+    pods: PodManagers | None,
+    on_change: Callable[[], None],
+    events: EventRecorder | None = None,
+) -> NodeShutdownManager:
+    """Graceful node shutdown through logind (the kubelet's ``nodeshutdown`` manager)."""
+
+    async def no_kill(pod: Pod, grace: int, mutate: Callable[[Any], Any]) -> None:
+        del pod, grace, mutate
+
+    return NodeShutdownManager(
+        logind=DbusLogind(),
+        groups=shutdown_groups(config.kubelet),
+        clock=clock,
+        state_dir=node.root_dir,
+        active_pods=pods.active_pods if pods is not None else list,
+        kill_pod=pods.kill_pod if pods is not None else no_kill,
+        status_pending=pods.status.pending if pods is not None else lambda: False,
+        on_change=on_change,
+        events=events,
+    )
 
 
 def _kubelet_api(
@@ -340,6 +377,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 version=runtime.version(),
             ),
             images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
+            other_errors=lambda: shutdown.errors(),  # noqa: PLW0108 - shutdown is built below
         ),
         on_repeated_failure=api.reset_connections,
         on_reported=report.status_reported,
@@ -360,6 +398,10 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         deleter=GracePeriodZeroDeleter(api=api),
         events=events,
         node_events=events,
+        shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
+    )
+    shutdown = _shutdown_manager(
+        config, node, clock=clock, pods=pods, on_change=status.poke, events=events
     )
     proxy = proxy_managers(
         config,
@@ -382,6 +424,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        shutdown,
         logs,
         server,
         *proxy,

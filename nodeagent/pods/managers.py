@@ -29,6 +29,7 @@ from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, ApiEnvSource, HostResolvConf, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
+from nodeagent.podspec import Pod
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.prober.grpchealth import grpc_checker
 from nodeagent.quantity import value
@@ -92,7 +93,22 @@ class PodManagers:
     mirrors: MirrorPods | None
     prober: ProberManager
     sources: PodSources
+    workers: PodWorkers
+    podsync: PodSync
     services_cache: WatchCache | None = None
+
+    def active_pods(self) -> list[Pod]:
+        """Pods that run or may run (admitted, not terminating)."""
+        return self.workers.active_pods()
+
+    async def kill_pod(
+        self, pod: Pod, grace: int, mutate: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Kill ``pod`` through its worker with at most ``grace`` seconds (preStop hooks
+        included) and ``mutate`` applied to its statuses from now on; return once its
+        containers are stopped (node shutdown)."""
+        self.podsync.override_status(pod.uid, mutate)
+        await self.workers.kill(pod.uid, grace)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as this node knows it, with the newest status the agent computed for it
@@ -131,6 +147,7 @@ def pod_managers(
     deleter: PodDeleter | None = None,
     events: ObjectEventSink | None = None,
     node_events: EventSink | None = None,
+    shutting_down: Callable[[], bool] = lambda: False,
 ) -> PodManagers:
     """The pod managers for ``config``; ``get_node`` reads this node's Node object from the
     node cache (addresses for hostIP, allocatable for admission and the downward API).
@@ -138,7 +155,8 @@ def pod_managers(
     ``GracePeriodZeroDeleter(api=api_client)`` for the real client (the kubelet's call).
     ``events``: where the pods' Events go (the node's ``EventRecorder``); none if omitted.
     ``node_events``: where the Node's Events go (garbage collection failures).
-    ``api=None``: a standalone node, static pods only (no API source, no mirror pods)."""
+    ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
+    ``shutting_down``: while it holds, admission refuses new pods (node shutdown)."""
     settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
     connection = RuntimeConnection(
         endpoint=config.kubelet.container_runtime_endpoint,
@@ -246,6 +264,7 @@ def pod_managers(
         clock=clock,
         allocatable=allocatable,
         event_sink=events,
+        shutting_down=shutting_down,
     )
     gc = gc_managers(
         config,
@@ -284,5 +303,7 @@ def pod_managers(
         mirrors=mirrors,
         prober=prober,
         sources=sources,
+        workers=workers,
+        podsync=podsync,
         services_cache=services_cache,
     )

@@ -194,6 +194,12 @@ class PodSync:
         self._events: ObjectEventSink = events or DiscardEvents()
         self._log = log or get_logger("podsync")
         self._reasons: dict[str, dict[str, ContainerFailure]] = {}
+        self._status_overrides: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+    def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
+        ``PodStatusFunc`` of a kill: node shutdown's reason and ``DisruptionTarget``)."""
+        self._status_overrides[uid] = mutate
 
     def _report(self, pod: Pod, state: PodRuntimeState, *, terminal: bool) -> dict[str, Any]:
         previous = self._status.last_status(pod.uid) or pod.status
@@ -208,6 +214,9 @@ class PodSync:
             terminal=terminal,
             probes=self._probes,
         )
+        mutate = self._status_overrides.get(pod.uid)
+        if mutate is not None:
+            status = mutate(status)
         self._status.set_status(pod, status)
         return status
 
@@ -296,6 +305,7 @@ class PodSync:
         await self.tear_down_volumes(pod.uid)
         self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
+        self._status_overrides.pop(pod.uid, None)
         self._status.forget(pod.uid)
 
     async def remove_runtime_pod(self, uid: str) -> None:

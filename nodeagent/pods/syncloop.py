@@ -34,7 +34,7 @@ import msgspec
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.admission import admit_pod
+from nodeagent.pods.admission import AdmitResult, admit_pod
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
@@ -45,6 +45,8 @@ from nodeagent.status import StatusManager, rejected_status
 HOUSEKEEPING_PERIOD: Final = 2.0
 FAILED_VALIDATION: Final = "FailedValidation"
 UNREADABLE_POD: Final = "Pod cannot run on this node, its spec does not pass the node's checks"
+SHUTDOWN_REASON: Final = "NodeShutdown"
+SHUTDOWN_MESSAGE: Final = "Pod was rejected as the node is shutting down."
 
 
 class PodStore(Protocol):
@@ -155,9 +157,13 @@ class SyncLoop:
         allocatable: Callable[[], Mapping[str, str] | None] = lambda: None,
         housekeeping_period: float = HOUSEKEEPING_PERIOD,
         event_sink: ObjectEventSink | None = None,
+        shutting_down: Callable[[], bool] = lambda: False,
         log: Logger | None = None,
     ) -> None:
+        """``shutting_down``: the node shutdown manager's ``shutdown_in_progress``; while it
+        holds, new pods are refused (``NodeShutdown``)."""
         self._node = node_name
+        self._shutting_down = shutting_down
         self._source = source
         self._workers = workers
         self._pleg = pleg
@@ -308,10 +314,13 @@ class SyncLoop:
     def _admit(self, pod: Pod) -> bool:
         if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
             return True
-        allocatable = self._allocatable()
-        if allocatable is None:
-            return True
-        result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
+        if self._shutting_down():
+            result = AdmitResult(False, SHUTDOWN_REASON, SHUTDOWN_MESSAGE)
+        else:
+            allocatable = self._allocatable()
+            if allocatable is None:
+                return True
+            result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
         if result.admit:
             return True
         self._rejected.add(pod.uid)

@@ -62,6 +62,8 @@ class _Worker:
     removed: bool = False
     final_sent: bool = False
     final_deleted: bool = False
+    grace_override: int | None = None
+    terminated: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PodWorkers:
@@ -123,6 +125,19 @@ class PodWorkers:
         worker.removed = True
         worker.wake.set()
 
+    async def kill(self, uid: str, grace: int) -> None:
+        """Terminate the pod now with ``grace`` seconds (node shutdown) and return once its
+        containers are stopped and its terminal status is computed. An unknown pod, or one
+        that already terminated, returns at once."""
+        worker = self._workers.get(uid)
+        if worker is None or worker.stage is Stage.TERMINATED:
+            return
+        if worker.stage is Stage.SYNCING:
+            worker.grace_override = grace
+            worker.stage = Stage.TERMINATING
+        worker.wake.set()
+        await worker.terminated.wait()
+
     def sync(self, uid: str) -> None:
         """Sync now (a PLEG event)."""
         worker = self._workers.get(uid)
@@ -158,6 +173,7 @@ class PodWorkers:
                     return
                 deadline = None if delay is None else loop.time() + delay
         finally:
+            worker.terminated.set()
             if self._workers.get(uid) is worker:
                 del self._workers[uid]
 
@@ -177,10 +193,14 @@ class PodWorkers:
             worker.stage = Stage.TERMINATING
         if worker.stage is Stage.TERMINATING:
             try:
-                await self._syncer.sync_terminating_pod(pod, termination_grace_period(pod))
+                grace = termination_grace_period(pod)
+                if worker.grace_override is not None:
+                    grace = min(grace, worker.grace_override)
+                await self._syncer.sync_terminating_pod(pod, grace)
             except Exception:
                 return self._failed("terminate", pod)
             worker.stage = Stage.TERMINATED
+            worker.terminated.set()
         if not worker.final_sent or (pod.deleted and not worker.final_deleted):
             try:
                 await self._syncer.sync_terminated_pod(pod)

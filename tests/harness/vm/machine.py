@@ -81,8 +81,12 @@ class Machine:
              "-b", str(self.image.disk), str(self.overlay)],
             check=True, capture_output=True,
         )  # fmt: skip
-        self.control_socket.unlink(missing_ok=True)
         self.console_log.write_bytes(b"")
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start qemu on the existing overlay (a first boot, or a boot after a guest reboot)."""
+        self.control_socket.unlink(missing_ok=True)
         spec = qemu.QemuSpec(
             disk=self.overlay,
             kernel=self.image.kernel,
@@ -112,6 +116,32 @@ class Machine:
             )
         self._started = time.monotonic()
         _open_machines.add(self)
+
+    def wait_for_poweroff(self, timeout: float) -> float:
+        """Wait until the guest has shut down (qemu runs with ``-no-reboot``: a guest reboot
+        or poweroff ends qemu); return the seconds waited. The overlay is kept, so
+        :meth:`boot_again` boots the same disk."""
+        if self._proc is None:
+            raise VmError("the VM is not running")
+        started = time.monotonic()
+        try:
+            self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise self._timeout(f"the guest did not shut down within {timeout}s") from None
+        self._channel.close()
+        self._proc = None
+        return time.monotonic() - started
+
+    def boot_again(self, timeout: float | None = None) -> float:
+        """After :meth:`wait_for_poweroff`: start qemu on the same overlay (the guest's
+        "reboot"), reconnect the control channel and wait for the boot; return its seconds."""
+        if self._proc is not None:
+            raise VmError("the VM is still running: wait_for_poweroff() first")
+        self._channel = ControlChannel(socket_path=self.control_socket)
+        with open(self.console_log, "ab") as console:
+            console.write(b"\n--- boot again (guest reboot) ---\n")
+        self._launch()
+        return self.wait_for_boot(timeout)
 
     def close(self) -> None:
         """Kill qemu and delete the overlay and socket; the console log stays. Idempotent."""

@@ -20,7 +20,8 @@ def test_without_any_kubeconfig_the_agent_runs_standalone(
 ) -> None:
     cfg = _config(tmp_path, "--kubeconfig", str(tmp_path / "missing"))
     built = agent.build(cfg, environ={})
-    assert built.manager_names == ["standalone"]
+    # standalone still holds the shutdown inhibitor lock, as the kubelet
+    assert built.manager_names == ["standalone", "nodeshutdown"]
     assert "running standalone" in caplog.text
 
 

@@ -48,6 +48,8 @@ class Stack:
     status: StatusManager
     sync_loop: SyncLoop
     prober: ProberManager
+    workers: PodWorkers | None = None
+    podsync: PodSync | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -95,6 +97,7 @@ async def running_stack(
     *,
     volumes: VolumeManager | None = None,
     events: ObjectEventSink | None = None,
+    shutting_down: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -148,8 +151,9 @@ async def running_stack(
         status=status,
         clock=clock,
         allocatable=allocatable,
+        shutting_down=shutting_down,
     )
-    stack = Stack(server, runtime, files, status, sync_loop, prober)
+    stack = Stack(server, runtime, files, status, sync_loop, prober, workers, podsync)
     for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))
     try:

@@ -89,7 +89,7 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     start = time.monotonic()
     before_ready = _receive_until(notify_listener, "READY=1", start + 10)
     assert before_ready[0] == "STATUS=starting"
-    assert before_ready[-1] == "READY=1\nSTATUS=running 1 managers"
+    assert before_ready[-1] == "READY=1\nSTATUS=running 2 managers"  # standalone + nodeshutdown
 
     pings: list[float] = []
     while len(pings) < 3:
@@ -115,12 +115,14 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     rests = rests[len(cgroup) :]
     assert rests[0] == _standalone_warning(tmp_path)
     assert rests[1].startswith('"Starting nodeagent" version=')
-    assert rests[1].endswith(" managers=standalone")
-    assert '"Started" managers=1' in rests
+    assert rests[1].endswith(" managers=standalone,nodeshutdown")
+    assert '"Started" managers=2' in rests
     assert '"Stopping" reason="signal SIGTERM"' in rests
     assert rests[-1] == '"Stopped" exit_code=0'
     assert {p["pid"] for p in parsed} == {str(daemon.pid)}
-    assert all(p["src"].startswith("agent.py:") for p in parsed[len(cgroup) :])
+    # the agent's lines, and the shutdown manager saying there is nothing to configure
+    assert all(p["src"].startswith(("agent.py:", "manager.py:")) for p in parsed[len(cgroup) :])
+    assert '"No graceful configuration specified, node shutdown will be immediate"' in rests
 
 
 def test_daemon_survives_a_missing_notify_socket(tmp_path: Path) -> None:

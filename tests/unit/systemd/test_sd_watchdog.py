@@ -100,6 +100,7 @@ async def test_agent_pings_only_when_the_watchdog_is_meant_for_it(
 
     assert code == 0
     messages = [m for _, m in received]
-    assert "READY=1\nSTATUS=running 1 managers" in messages
+    # standalone + nodeshutdown
+    assert "READY=1\nSTATUS=running 2 managers" in messages
     assert messages[-1] == "STOPPING=1\nSTATUS=stopping: test over"
     assert [t for t, m in received if m == "WATCHDOG=1"] == expected_pings
