@@ -10,7 +10,11 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 | ``e2e-test-images/agnhost:2.63.0``    | the agnhost binary built from the module, on the static |
 | (and AgnhostPrev ``2.55``)            | busybox (its shell and applets), ``/uploads``, porter's |
 |                                       | localhost cert, the image's uid 1000 / gid 50000;       |
-|                                       | ENTRYPOINT /agnhost, CMD pause (as its Dockerfile)      |
+|                                       | ENTRYPOINT /agnhost, CMD pause (as its Dockerfile);     |
+|                                       | ``curl``, ``dig``, ``getent``: the ``*-standin.sh``     |
+|                                       | scripts over busybox wget / nslookup                    |
+| ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
+| ``:2.0.0``                            | (``+tcp`` queries go over UDP: busybox has no DNS TCP)  |
 | ``e2e-test-images/busybox:1.37.0-1``  | the harness's busybox image (Debian's static busybox)   |
 | ``pause:3.10.2``                      | the harness's pause image (pause.c)                     |
 | ``e2e-test-images/nginx:1.15-4``,     | busybox ``httpd -f -p 80`` serving /usr/share/nginx/html |
@@ -21,8 +25,7 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 | ``library/busybox:latest``            | busybox (``docker.io/library`` is mapped here too)      |
 
 Not made here (a spec that needs one fails at the pull with ErrImagePull and is reported as
-"image not available here"): glibc-dns-testing (needs ``dig``; no static build here),
-nonewprivs, ipc-utils, the node-perf, volume and sample-apiserver images, etcd, perl,
+"image not available here"): nonewprivs, ipc-utils, the node-perf, volume and sample-apiserver images, etcd, perl,
 resource-consumer, apparmor-loader, distroless-iptables, regression-issue-74839.
 """
 
@@ -40,24 +43,12 @@ from harness.images import build as image_build
 from harness.images import oci
 from harness.images.recipes import PATH_ENV, _busybox_entries
 
-MISSING = (
-    "glibc-dns-testing",
-    "nonewprivs",
-    "ipc-utils",
-    "node-perf/",
-    "volume/",
-    "sample-apiserver",
-    "etcd",
-    "perl",
-    "resource-consumer",
-    "apparmor-loader",
-    "distroless-iptables",
-    "regression-issue-74839",
-)
 AGNHOST_PASSWD = b"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"
 AGNHOST_GROUP = (
     b"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
 )
+STANDINS = {"usr/bin/curl": "curl-standin.sh", "usr/bin/dig": "dig-standin.sh"}
+STANDINS["usr/bin/getent"] = "getent-standin.sh"
 NGINX_HTML = b"<html><body><h1>Welcome to nginx!</h1></body></html>\n"
 
 
@@ -115,6 +106,7 @@ def agnhost_entries(
     entries += [
         oci.Entry(path="agnhost", kind="file", mode=0o755, data=agnhost.read_bytes()),
         oci.Entry(path="agnhost-2", kind="symlink", target="agnhost"),
+        *standins(),
         oci.Entry(path="uploads", kind="dir", mode=0o755),
         oci.Entry(
             path="localhost.crt",
@@ -131,6 +123,15 @@ def agnhost_entries(
         *extra,
     ]
     return entries
+
+
+def standins() -> list[oci.Entry]:
+    """curl, dig and getent as shell scripts over busybox (see each script's header)."""
+    here = Path(__file__).parent
+    return [
+        oci.Entry(path=path, kind="file", mode=0o755, data=(here / script).read_bytes())
+        for path, script in STANDINS.items()
+    ]
 
 
 def _web_files(module: Path, name: str) -> list[oci.Entry]:
@@ -183,6 +184,12 @@ def make_all(*, agnhost: Path, module: Path, work: Path) -> list[Made]:
                 cmd=("httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"), env=(PATH_ENV,)
             ),
             ("e2e-test-images/nginx:1.15-4", "e2e-test-images/nginx:1.27-0"),
+        ),
+        (
+            "glibc-dns-testing",
+            [*_busybox_entries(), *standins()],
+            oci.ImageConfig(cmd=("sh",), env=(PATH_ENV,)),
+            ("e2e-test-images/glibc-dns-testing:2.0.0",),
         ),
         (
             "nonroot",
