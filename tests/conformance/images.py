@@ -25,8 +25,9 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 | ``library/busybox:latest``            | busybox (``docker.io/library`` is mapped here too)      |
 
 Not made here (a spec that needs one fails at the pull with ErrImagePull and is reported as
-"image not available here"): nonewprivs, ipc-utils, the node-perf, volume and sample-apiserver images, etcd, perl,
-resource-consumer, apparmor-loader, distroless-iptables, regression-issue-74839.
+"image not available here"): nonewprivs, ipc-utils, the node-perf, volume and sample-apiserver
+images, etcd, perl, resource-consumer, apparmor-loader, distroless-iptables,
+regression-issue-74839.
 """
 
 from __future__ import annotations
