@@ -73,7 +73,7 @@ def steps(versions: Versions) -> list[Step]:
     return [
         Step(
             name="e2e.test",
-            argv=("test", "-c", "-trimpath", f"-ldflags={ld}"),
+            argv=("test", "-c", "-vet=off", "-trimpath", f"-ldflags={ld}"),
             package="k8s.io/kubernetes/test/e2e",
         ),
         Step(
