@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     plane = attach(state["control_plane"])
     registry_host = state["runtime"]["registry"]
     pushed = images.push_all(
-        registry_host, agnhost=built.agnhost, module=suite.module_source(versions)
+        registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
     )
     say(f"{len(pushed)} e2e images pushed to {registry_host}")
     work = cache_dir() / "conformance" / args.peer

@@ -11,6 +11,7 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 | (and AgnhostPrev ``2.55``)            | busybox (its shell and applets), ``/uploads``, porter's |
 |                                       | localhost cert, the image's uid 1000 / gid 50000;       |
 |                                       | ENTRYPOINT /agnhost, CMD pause (as its Dockerfile);     |
+|                                       | ``nc``: tests/conformance/nc (busybox's lacks -v/-t/-u) |
 |                                       | ``curl``, ``dig``, ``getent``: the ``*-standin.sh``     |
 |                                       | scripts over busybox wget / nslookup                    |
 | ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
@@ -96,17 +97,25 @@ def _replace_files(entries: Iterable[oci.Entry], files: dict[str, bytes]) -> lis
     return out
 
 
+def overlay(base: Iterable[oci.Entry], top: Iterable[oci.Entry]) -> list[oci.Entry]:
+    """`base` with `top` on it: an entry of `top` replaces the one at the same path."""
+    top = list(top)
+    paths = {e.path for e in top}
+    return [*(e for e in base if e.path not in paths), *top]
+
+
 def agnhost_entries(
-    agnhost: Path, module: Path, *, extra: Iterable[oci.Entry] = ()
+    agnhost: Path, nc: Path, module: Path, *, extra: Iterable[oci.Entry] = ()
 ) -> list[oci.Entry]:
     porter = module / "test" / "images" / "agnhost" / "porter"
     entries = _replace_files(
         _busybox_entries(),
         {"etc/passwd": AGNHOST_PASSWD, "etc/group": AGNHOST_GROUP},
     )
-    entries += [
+    top = [
         oci.Entry(path="agnhost", kind="file", mode=0o755, data=agnhost.read_bytes()),
         oci.Entry(path="agnhost-2", kind="symlink", target="agnhost"),
+        oci.Entry(path="usr/bin/nc", kind="file", mode=0o755, data=nc.read_bytes()),
         *standins(),
         oci.Entry(path="uploads", kind="dir", mode=0o755),
         oci.Entry(
@@ -123,7 +132,7 @@ def agnhost_entries(
         ),
         *extra,
     ]
-    return entries
+    return overlay(entries, top)
 
 
 def standins() -> list[oci.Entry]:
@@ -144,7 +153,7 @@ def _web_files(module: Path, name: str) -> list[oci.Entry]:
     ]
 
 
-def make_all(*, agnhost: Path, module: Path, work: Path) -> list[Made]:
+def make_all(*, agnhost: Path, nc: Path, module: Path, work: Path) -> list[Made]:
     """Write every image's layout under `work` (a fresh directory)."""
     harness_images = image_build.build_images()
     made = [
@@ -157,19 +166,19 @@ def make_all(*, agnhost: Path, module: Path, work: Path) -> list[Made]:
     specs: list[tuple[str, list[oci.Entry], oci.ImageConfig, tuple[str, ...]]] = [
         (
             "agnhost",
-            agnhost_entries(agnhost, module),
+            agnhost_entries(agnhost, nc, module),
             oci.ImageConfig(entrypoint=("/agnhost",), cmd=("pause",), env=(PATH_ENV,)),
             ("e2e-test-images/agnhost:2.63.0", "e2e-test-images/agnhost:2.55"),
         ),
         (
             "kitten",
-            agnhost_entries(agnhost, module, extra=_web_files(module, "kitten")),
+            agnhost_entries(agnhost, nc, module, extra=_web_files(module, "kitten")),
             oci.ImageConfig(entrypoint=("/agnhost",), cmd=("test-webserver",), env=(PATH_ENV,)),
             ("e2e-test-images/kitten:1.8",),
         ),
         (
             "nautilus",
-            agnhost_entries(agnhost, module, extra=_web_files(module, "nautilus")),
+            agnhost_entries(agnhost, nc, module, extra=_web_files(module, "nautilus")),
             oci.ImageConfig(entrypoint=("/agnhost",), cmd=("test-webserver",), env=(PATH_ENV,)),
             ("e2e-test-images/nautilus:1.8",),
         ),
@@ -188,7 +197,7 @@ def make_all(*, agnhost: Path, module: Path, work: Path) -> list[Made]:
         ),
         (
             "glibc-dns-testing",
-            [*_busybox_entries(), *standins()],
+            overlay(_busybox_entries(), standins()),
             oci.ImageConfig(cmd=("sh",), env=(PATH_ENV,)),
             ("e2e-test-images/glibc-dns-testing:2.0.0",),
         ),
@@ -211,12 +220,12 @@ def make_all(*, agnhost: Path, module: Path, work: Path) -> list[Made]:
     return made
 
 
-def push_all(registry_host: str, *, agnhost: Path, module: Path) -> list[str]:
+def push_all(registry_host: str, *, agnhost: Path, nc: Path, module: Path) -> list[str]:
     """Make every image and push it under each of its references; return the pushed names."""
     pushed = []
     work = Path(tempfile.mkdtemp(prefix="na-e2e-images-"))
     try:
-        for image in make_all(agnhost=agnhost, module=module, work=work):
+        for image in make_all(agnhost=agnhost, nc=nc, module=module, work=work):
             for reference in image.references:
                 reg.push_image(registry_host, image.layout, reference)
                 pushed.append(f"{registry_host}/{reference}")

@@ -6,7 +6,9 @@
 - ``ginkgo``: the CLI at the version k8s.io/kubernetes's go.mod requires (the suite and the CLI
   must agree, or ginkgo refuses to run it in parallel);
 - ``agnhost``: ``k8s.io/kubernetes/test/images/agnhost`` (static, CGO_ENABLED=0), for the agnhost
-  image the specs run.
+  image the specs run;
+- ``nc``: ``tests/conformance/nc`` (this repository's, standard library only), the agnhost image's
+  netcat (busybox's has no -v, -t or -u).
 
 The wrapper module is the one `harness.build` renders for the Kubernetes binaries (same go.mod,
 same staging pins) in its own directory ``<cache>/go/src/e2e-<version>``, because the test
@@ -28,6 +30,7 @@ from harness import build as hb
 from harness.versions import Versions, cache_dir, load_versions
 
 GINKGO_MODULE = "github.com/onsi/ginkgo/v2"
+NC_SOURCE = Path(__file__).with_name("nc")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,12 +51,17 @@ class Suite:
     def agnhost(self) -> Path:
         return self.directory / "agnhost"
 
+    @property
+    def nc(self) -> Path:
+        return self.directory / "nc"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
     name: str
     argv: tuple[str, ...]  # after `go`, before `-o <out> <package>`
     package: str
+    source: Path | None = None  # a module of this repository (else the e2e wrapper module)
 
 
 def suite_dir(versions: Versions) -> Suite:
@@ -86,6 +94,12 @@ def steps(versions: Versions) -> list[Step]:
             argv=("build", "-trimpath", "-ldflags=-s -w"),
             package="k8s.io/kubernetes/test/images/agnhost",
         ),
+        Step(
+            name="nc",
+            argv=("build", "-trimpath", "-ldflags=-s -w"),
+            package=".",
+            source=NC_SOURCE,
+        ),
     ]
 
 
@@ -93,6 +107,8 @@ def step_recipe(step: Step, versions: Versions, go_version: str) -> str:
     template = (hb.WRAPPERS / "kubernetes.go.mod.in").read_text()
     parts = [go_version, step.package, *step.argv, "CGO_ENABLED=0", versions.kubernetes]
     parts += [versions.kubernetes_staging, template]
+    if step.source is not None:
+        parts += [(step.source / f).read_text() for f in ("go.mod", "main.go")]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -128,7 +144,8 @@ def ensure_suite(*, quiet: bool = False) -> Suite:
             started = time.monotonic()
             partial = suite.directory / f".{step.name}.partial"
             argv = ["go", *step.argv, "-o", str(partial), step.package]
-            done = subprocess.run(argv, cwd=workdir, env=hb.go_env(), check=False)
+            cwd = step.source or workdir
+            done = subprocess.run(argv, cwd=cwd, env=hb.go_env(), check=False)
             if done.returncode != 0:
                 partial.unlink(missing_ok=True)
                 raise SystemExit(f"building {step.name} failed (go exit {done.returncode})")
