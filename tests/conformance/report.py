@@ -104,10 +104,10 @@ def parse_junit(path: Path) -> list[Result]:
             text = "" if node is None else (node.get("message") or node.text or "")
             status, why = "failed", one_line(text)
         elif skipped is not None or status in {"skipped", "pending"}:
-            status, why = (
-                "skipped",
-                one_line(skipped.get("message", "") if skipped is not None else ""),
-            )
+            message = skipped.get("message", "") if skipped is not None else ""
+            if message.strip() in {"skipped", "pending", ""}:
+                continue  # not selected (focus/skip); a spec skipped at run time says why
+            status, why = "skipped", one_line(message)
         else:
             status = "passed"
         results.append(
@@ -132,6 +132,7 @@ def load_run(path: Path) -> Run | None:
 
 # Why a spec fails on nodeagent: (pattern on "<name> <why>", capability, issue). First match wins.
 EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
+    (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
     (r"ErrImagePull|ImagePullBackOff|image not available", "image not available here", "16"),
     (r"cgroup v2|\bPSI\b|pressure|swap|Resize|resize|QoS|OOM", "resources on cgroup v2", "14"),
     (r"shutdown|Shutdown", "graceful node shutdown", "15"),

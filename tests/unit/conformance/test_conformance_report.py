@@ -31,7 +31,7 @@ def run_of(peer: str, results: list[Result]) -> Run:
     )
 
 
-def test_every_spec_is_read_with_its_status_and_one_line_of_why() -> None:
+def test_every_selected_spec_is_read_with_its_status_and_one_line_of_why() -> None:
     results = {r.name: r for r in report.parse_junit(FIXTURE)}
 
     assert set(results) == {DNS, HOOK, HOST_IP, REMOVED, UP_DOWN}
