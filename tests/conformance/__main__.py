@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     argv = [
         str(built.ginkgo),
         f"--procs={args.procs}",
-        f"--timeout={SUITE_TIMEOUT}",
+        f"--timeout={args.timeout}",
         "--no-color",
         "--silence-skips",
         f"--output-dir={work}",
@@ -204,6 +204,7 @@ def main(argv: list[str]) -> int:
     r.add_argument("--focus", default="", help="a narrower ginkgo focus (docs are not written)")
     r.add_argument("--ci", action="store_true", help="only the specs of ci-specs.txt")
     r.add_argument("--no-docs", action="store_true")
+    r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
     r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")
     args = parser.parse_args(argv)
     if args.command == "build":
