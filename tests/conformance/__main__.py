@@ -98,6 +98,41 @@ def ci_focus(path: Path = CI_SPECS) -> str:
     return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
 
 
+def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> int:
+    """Write the CI subset: the specs that passed in nodeagent's saved run (and with the kubelet,
+    when that run exists), fastest first, while their summed time / procs fits the budget."""
+    runs = {p: report.load_run(REPO / "docs" / "conformance" / f"{p}.json") for p in report.PEERS}
+    nodeagent = runs["nodeagent"]
+    if nodeagent is None:
+        raise SystemExit("no saved nodeagent run: `make conformance` first")
+    kubelet_passed = (
+        {r.name for r in runs["kubelet"].results if r.status == "passed"}
+        if runs["kubelet"]
+        else None
+    )
+    passed = sorted(
+        (r for r in nodeagent.results if r.status == "passed"),
+        key=lambda r: (r.seconds, r.name),
+    )
+    chosen, total = [], 0.0
+    for r in passed:
+        if kubelet_passed is not None and r.name not in kubelet_passed:
+            continue
+        if (total + r.seconds) / procs > budget_seconds:
+            break
+        chosen.append(r.name)
+        total += r.seconds
+    header = [
+        "# The CI subset (`make conformance-ci`): specs that passed with nodeagent (and with",
+        "# the kubelet) in the saved runs of docs/conformance/, fastest first,",
+        f"# ~{budget_seconds / 60:.0f} min of spec time at {procs} processes.",
+        "# Regenerate: python -m conformance ci-list. One full spec text a line.",
+    ]
+    path.write_text("\n".join([*header, *sorted(chosen)]) + "\n")
+    say(f"{len(chosen)} specs in {path} ({total / 60:.1f} min of spec time)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_at_start = machine()
@@ -196,6 +231,9 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build e2e.test, ginkgo and agnhost (cached)")
     sub.add_parser("report", help="re-render docs/conformance.md from the saved runs")
+    ci = sub.add_parser("ci-list", help="write ci-specs.txt from the saved runs")
+    ci.add_argument("--budget-minutes", type=float, default=6.0)
+    ci.add_argument("--procs", type=int, default=DEFAULT_PROCS)
     r = sub.add_parser("run", help="run the suite against make up's cluster")
     r.add_argument("--peer", choices=report.PEERS, default="nodeagent")
     r.add_argument(
@@ -212,6 +250,8 @@ def main(argv: list[str]) -> int:
         return 0
     if args.command == "report":
         return report.main([str(REPO / "docs")])
+    if args.command == "ci-list":
+        return write_ci_list(args.budget_minutes * 60, args.procs)
     return run(args)
 
 
