@@ -201,7 +201,7 @@ def kubelet_node(
             f"reference kubelet (pid {kubelet.pid}) and kube-proxy (pid {proxy.pid})"
             f" are node {name}"
         )
-        node_up.approve_serving_csr(
+        approve_serving_csr(
             plane, name, kubelet, issued=root / "pki" / "kubelet-server-current.pem"
         )
         _wait_ready(plane, name, kubelet)
@@ -218,6 +218,29 @@ def kubelet_node(
         state["node"] = node_up.ensure(
             None, plane=plane, directory=directory, runtime_endpoint=endpoint
         )
+
+
+def approve_serving_csr(
+    plane: ControlPlane, name: str, proc: processes.Proc, *, issued: Path
+) -> None:
+    """Approve the kubelet's pending kubelet-serving CSRs until its serving pair is issued
+    (nodeagent's earlier, issued CSR for the same node is not the kubelet's)."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not issued.exists():
+        for item in json.loads(plane.kubectl("get", "csr", "-o", "json").stdout).get("items", []):
+            spec, status = item.get("spec", {}), item.get("status", {})
+            if (
+                spec.get("signerName") == "kubernetes.io/kubelet-serving"
+                and spec.get("username") == f"system:node:{name}"
+                and not status.get("conditions")
+            ):
+                plane.kubectl("certificate", "approve", item["metadata"]["name"])
+                say(
+                    f"approved the kubelet's serving certificate request {item['metadata']['name']}"
+                )
+        if not proc.alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the kubelet's serving certificate was not issued:\n{proc.tail()}")
+        time.sleep(1)
 
 
 def _wait_ready(plane: ControlPlane, name: str, proc: processes.Proc) -> None:
