@@ -248,11 +248,29 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+HOW = """\
+How: `make conformance` (nodeagent, `make up`'s node) and `make conformance PEER=kubelet` (the
+reference kubelet and kube-proxy in nftables mode, built by `make peers`, as the same node on the
+same control plane and containerd), e2e.test, ginkgo and agnhost built from the Go module proxy at
+KUBERNETES_VERSION (tests/conformance/suite.py). The selection: the `[NodeConformance]` specs and
+the `[sig-network]` Services / Networking / DNS specs that are neither `[Serial]`, `[Disruptive]`,
+`[Slow]`, `[Flaky]` nor `[Feature:…]`; a spec the suite skips at run time (e.g. "Requires at
+least 2 nodes") is counted as skipped.
+
+Images (tests/conformance/images.py, pushed to `make up`'s registry, named through
+`KUBE_TEST_REPO_LIST`): agnhost is the module's agnhost binary on the static busybox, with `nc`
+built here (tests/conformance/nc) and `curl`, `dig`, `getent` as shell stand-ins over busybox
+wget/nslookup (`dig +tcp` goes over UDP); nginx is busybox `httpd` on :80 under nginx's name;
+kitten/nautilus are agnhost with their html files; glibc-dns-testing is busybox with the `dig`
+and `getent` stand-ins; nonroot is busybox with USER 1234; pause is the harness's. Any other
+image fails its pull (ErrImagePull: "image not available here")."""
+
+
 def main(argv: Sequence[str]) -> int:
     """``python -m conformance.report <docs dir>``: re-render conformance.md from the saved runs."""
     docs = Path(argv[0] if argv else "docs")
     runs = {peer: load_run(docs / "conformance" / f"{peer}.json") for peer in PEERS}
     (docs / "conformance.md").write_text(
-        render(nodeagent=runs["nodeagent"], kubelet=runs["kubelet"])
+        render(nodeagent=runs["nodeagent"], kubelet=runs["kubelet"], selection=HOW)
     )
     return 0
