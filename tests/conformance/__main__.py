@@ -42,11 +42,6 @@ CI_SPECS = Path(__file__).with_name("ci-specs.txt")
 # nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
-SELECTION = (
-    "Selection: ginkgo `--focus='" + FOCUS + "'` `--skip='" + SKIP + "'` "
-    "(the `[NodeConformance]` specs and the `[sig-network]` Services / Networking / DNS specs "
-    "that are neither `[Serial]`, `[Disruptive]`, `[Slow]`, `[Flaky]` nor `[Feature:…]`)."
-)
 # Most of a spec's time is waiting (pods starting, timeouts of the failing ones), so more
 # processes than cores shorten the run; past ~8 the node's pod start-up (containerd, runc and
 # the node agent share the same 2 cores) becomes the bottleneck and timeouts start to flake.
