@@ -42,10 +42,11 @@ CI_SPECS = Path(__file__).with_name("ci-specs.txt")
 # nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
-# Most of a spec's time is waiting (pods starting, timeouts of the failing ones), so more
-# processes than cores shorten the run; past ~8 the node's pod start-up (containerd, runc and
-# the node agent share the same 2 cores) becomes the bottleneck and timeouts start to flake.
-DEFAULT_PROCS = 8
+# Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of
+# the failing specs), not CPU: 12 processes keep the 2 cores busy without starving the node
+# (containerd, runc and the node agent share them); the first run used 10. Each process
+# is an idle e2e.test (~100 MB) most of the time.
+DEFAULT_PROCS = 12
 SUITE_TIMEOUT = "100m"
 
 
