@@ -129,6 +129,20 @@ def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> i
     return 0
 
 
+def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
+    """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
+    argv = [
+        str(e2e_test),
+        "--ginkgo.dry-run",
+        f"--ginkgo.focus={focus}",
+        f"--ginkgo.skip={SKIP}",
+        "--provider=skeleton",
+        f"--report-dir={work}",
+    ]
+    subprocess.run(argv, env=env, capture_output=True, check=False, cwd=work.parent)
+    return {r.name for r in report.parse_junit(work / "junit_01.xml") if r.status == "passed"}
+
+
 def run(args: argparse.Namespace) -> int:
     started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load_at_start = machine()
@@ -192,10 +206,11 @@ def run(args: argparse.Namespace) -> int:
     if args.peer == "kubelet":
         harness_up.write_state(directory, state)
     junit = work / "junit_01.xml"
+    selected = dry_run(built.e2e_test, focus=focus, work=work / "dry-run", env=env)
     if not junit.is_file():
         print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
         raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
-    results = report.parse_junit(junit)
+    results = report.parse_junit(junit, selected=selected)
     counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
     say(
         f"{len(results)} specs in {seconds / 60:.1f} min: {counts['passed']} passed, "

@@ -84,8 +84,13 @@ def one_line(message: str) -> str:
     return "(no message)"
 
 
-def parse_junit(path: Path) -> list[Result]:
-    """Every spec of a ginkgo JUnit report (suite set-up nodes left out)."""
+NOT_RUN = "not run: the run's time limit (ginkgo --timeout) came first"
+
+
+def parse_junit(path: Path, *, selected: set[str] | None = None) -> list[Result]:
+    """Every selected spec of a ginkgo JUnit report (suite set-up nodes left out). Ginkgo marks
+    both the specs its focus left out and the ones an interrupted run never started as plain
+    "skipped"; `selected` (the names a dry run selects) tells the second kind apart."""
     root = ET.parse(path).getroot()
     results = []
     for case in root.iter("testcase"):
@@ -106,7 +111,9 @@ def parse_junit(path: Path) -> list[Result]:
         elif skipped is not None or status in {"skipped", "pending"}:
             message = skipped.get("message", "") if skipped is not None else ""
             if message.strip() in {"skipped", "pending", ""}:
-                continue  # not selected (focus/skip); a spec skipped at run time says why
+                if selected is None or name not in selected:
+                    continue  # not selected (focus/skip); a spec skipped at run time says why
+                message = NOT_RUN
             status, why = "skipped", one_line(message)
         else:
             status = "passed"

@@ -48,6 +48,15 @@ def test_every_selected_spec_is_read_with_its_status_and_one_line_of_why() -> No
     assert results[UP_DOWN].why == "skipped - Requires at least 2 nodes (not 1)"
 
 
+def test_a_selected_spec_the_run_never_started_says_so() -> None:
+    selected = {HOST_IP, "[sig-storage] CSI mock volume should not be selected"}
+
+    results = {r.name: r for r in report.parse_junit(FIXTURE, selected=selected)}
+
+    not_run = results["[sig-storage] CSI mock volume should not be selected"]
+    assert (not_run.status, not_run.why) == ("skipped", report.NOT_RUN)
+
+
 def test_a_failed_suite_setup_node_is_reported_as_the_cause(tmp_path: Path) -> None:
     broken = FIXTURE.read_text().replace(
         '<testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" '
