@@ -129,6 +129,16 @@ def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> i
     return 0
 
 
+def suite_timeout(value: str, now: datetime.datetime) -> str:
+    """ginkgo's --timeout: as given ("90m"), or "until-HH:MM" (UTC): the minutes left until then
+    less 3 for the report (at least 5)."""
+    if not value.startswith("until-"):
+        return value
+    hour, minute = (int(x) for x in value.removeprefix("until-").split(":"))
+    end = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return f"{max(5, int((end - now).total_seconds() // 60) - 3)}m"
+
+
 def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
     """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
     argv = [
@@ -170,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     argv = [
         str(built.ginkgo),
         f"--procs={args.procs}",
-        f"--timeout={args.timeout}",
+        f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
         "--no-color",
         "--silence-skips",
         f"--output-dir={work}",
