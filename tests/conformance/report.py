@@ -138,11 +138,30 @@ def load_run(path: Path) -> Run | None:
 
 
 # Why a spec fails on nodeagent: (pattern on "<name> <why>", capability, issue). First match wins.
+# "new" = no open issue covers it yet (issues 12-16 are the open ones when this was written).
+NEW = "new"
 EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
     (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
     (r"ErrImagePull|ImagePullBackOff|image not available", "image not available here", "16"),
-    (r"cgroup v2|\bPSI\b|pressure|swap|Resize|resize|QoS|OOM", "resources on cgroup v2", "14"),
+    (
+        r"\[sig-network\] DNS|endpoint [a-z][-a-z0-9]*:\d+ over|customized name server",
+        "cluster DNS: `make up` has no kube-dns yet (h-dns), names do not resolve",
+        "16",
+    ),
+    (r"evict", "eviction", "14"),
+    (r"cgroup v2|\bPSI\b|pressure|swap|QoS|OOM", "resources on cgroup v2", "14"),
     (r"shutdown|Shutdown", "graceful node shutdown", "15"),
+    (r"RTNETLINK answers: Operation not supported", "this host's kernel (no dummy driver)", "-"),
+    (r"Ephemeral Containers", "ephemeral containers", NEW),
+    (r"hostnameOverride|Override hostname", "pod spec.hostnameOverride", NEW),
+    (r"/etc/hosts|hostAliases|KubeletManagedEtcHosts", "kubelet-managed /etc/hosts", NEW),
+    (r"readiness gates", "pod readiness gates", NEW),
+    (r"activeDeadlineSeconds", "activeDeadlineSeconds updates", NEW),
+    (r"Sysctls", "pod securityContext.sysctls", NEW),
+    (r"via the environment", "env from ConfigMap/Secret keys", NEW),
+    (r"Probing|probe|restartable init", "probes on terminating pods and sidecars", "13"),
+    (r"no endpoints exist|rejected", "service proxy: REJECT when a Service has no endpoints", NEW),
+    (r"\[sig-network\] (Services|Networking)", "service proxy", NEW),
     (r"logs?\b|exec|Exec|attach|port-?forward|proxy|10250", "the kubelet API on :10250", "12"),
 )
 
