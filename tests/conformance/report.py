@@ -193,11 +193,13 @@ def _run_line(run: Run | None, peer: str) -> str:
         command = "make conformance" + (" PEER=kubelet" if peer == "kubelet" else "")
         return f"- **{peer}**: no run recorded yet (`{command}`)"
     c = _counts(run.results)
+    not_run = sum(1 for r in run.results if r.why == NOT_RUN)
     minutes = run.seconds / 60
     line = (
         f"- **{peer}**: {run.started}, commit `{run.commit}`, {run.machine}; "
         f"{len(run.results)} specs, {c['passed']} passed, {c['failed']} failed, "
-        f"{c['skipped']} skipped in {minutes:.0f} min with {run.procs} ginkgo processes"
+        f"{c['skipped']} skipped (of which {not_run} not run: time limit) in {minutes:.0f} min "
+        f"with {run.procs} ginkgo processes"
     )
     return line + (f" ({run.note})" if run.note else "")
 
