@@ -12,7 +12,8 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 |                                       | localhost cert, the image's uid 1000 / gid 50000;       |
 |                                       | ENTRYPOINT /agnhost, CMD pause (as its Dockerfile);     |
 |                                       | ``nc``: tests/conformance/nc (busybox's lacks -v/-t/-u) |
-|                                       | ``curl``, ``dig``, ``getent``: the ``*-standin.sh``     |
+|                                       | ``curl``, ``dig``, ``getent``, ``wget``: the            |
+|                                       | ``*-standin.sh`` scripts                                |
 |                                       | scripts over busybox wget / nslookup                    |
 | ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
 | ``:2.0.0``                            | (``+tcp`` queries go over UDP: busybox has no DNS TCP)  |
@@ -51,6 +52,7 @@ AGNHOST_GROUP = (
 )
 STANDINS = {"usr/bin/curl": "curl-standin.sh", "usr/bin/dig": "dig-standin.sh"}
 STANDINS["usr/bin/getent"] = "getent-standin.sh"
+STANDINS["usr/bin/wget"] = "wget-standin.sh"  # busybox's, without the -T that crashes it
 NGINX_HTML = b"<html><body><h1>Welcome to nginx!</h1></body></html>\n"
 
 
