@@ -17,7 +17,8 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 |                                       | scripts over busybox wget / nslookup                    |
 | ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
 | ``:2.0.0``                            | (``+tcp`` queries go over UDP: busybox has no DNS TCP)  |
-| ``e2e-test-images/busybox:1.37.0-1``  | the harness's busybox image (Debian's static busybox)   |
+| ``e2e-test-images/busybox:1.37.0-1``  | the harness's busybox (Debian's static busybox 1.35),   |
+|                                       | every applet also in /bin as upstream's image           |
 | ``pause:3.10.2``                      | the harness's pause image (pause.c)                     |
 | ``e2e-test-images/nginx:1.15-4``,     | busybox ``httpd -f -p 80`` serving /usr/share/nginx/html |
 | ``nginx:1.27-0``                      | (a stand-in: an HTTP server on :80, not nginx)          |
@@ -111,7 +112,7 @@ def agnhost_entries(
 ) -> list[oci.Entry]:
     porter = module / "test" / "images" / "agnhost" / "porter"
     entries = _replace_files(
-        _busybox_entries(),
+        e2e_busybox(),
         {"etc/passwd": AGNHOST_PASSWD, "etc/group": AGNHOST_GROUP},
     )
     top = [
@@ -146,6 +147,20 @@ def standins() -> list[oci.Entry]:
     ]
 
 
+def e2e_busybox() -> list[oci.Entry]:
+    """The harness's busybox with every applet in /bin too, as the upstream busybox image has
+    them (specs run `/bin/sysctl`; Debian's busybox installs it as /sbin/sysctl)."""
+    base = _busybox_entries()
+    have = {e.path for e in base}
+    names = sorted({e.path.rsplit("/", 1)[-1] for e in base if e.kind == "symlink"})
+    extra = [
+        oci.Entry(path=f"bin/{n}", kind="symlink", target="/bin/busybox")
+        for n in names
+        if f"bin/{n}" not in have
+    ]
+    return [*base, *extra]
+
+
 def _web_files(module: Path, name: str) -> list[oci.Entry]:
     html = module / "test" / "images" / name / "html"
     return [
@@ -158,14 +173,14 @@ def _web_files(module: Path, name: str) -> list[oci.Entry]:
 def make_all(*, agnhost: Path, nc: Path, module: Path, work: Path) -> list[Made]:
     """Write every image's layout under `work` (a fresh directory)."""
     harness_images = image_build.build_images()
-    made = [
-        Made(
-            layout=harness_images["busybox"].layout,
-            references=("e2e-test-images/busybox:1.37.0-1", "library/busybox:latest"),
-        ),
-        Made(layout=harness_images["pause"].layout, references=("pause:3.10.2",)),
-    ]
+    made = [Made(layout=harness_images["pause"].layout, references=("pause:3.10.2",))]
     specs: list[tuple[str, list[oci.Entry], oci.ImageConfig, tuple[str, ...]]] = [
+        (
+            "busybox",
+            e2e_busybox(),
+            oci.ImageConfig(cmd=("sh",), env=(PATH_ENV,)),
+            ("e2e-test-images/busybox:1.37.0-1", "library/busybox:latest"),
+        ),
         (
             "agnhost",
             agnhost_entries(agnhost, nc, module),
@@ -187,7 +202,7 @@ def make_all(*, agnhost: Path, nc: Path, module: Path, work: Path) -> list[Made]
         (
             "nginx",
             [
-                *_busybox_entries(),
+                *e2e_busybox(),
                 oci.Entry(
                     path="usr/share/nginx/html/index.html", kind="file", mode=0o644, data=NGINX_HTML
                 ),
@@ -199,13 +214,13 @@ def make_all(*, agnhost: Path, nc: Path, module: Path, work: Path) -> list[Made]
         ),
         (
             "glibc-dns-testing",
-            overlay(_busybox_entries(), standins()),
+            overlay(e2e_busybox(), standins()),
             oci.ImageConfig(cmd=("sh",), env=(PATH_ENV,)),
             ("e2e-test-images/glibc-dns-testing:2.0.0",),
         ),
         (
             "nonroot",
-            _busybox_entries(),
+            e2e_busybox(),
             oci.ImageConfig(cmd=("sh",), env=(PATH_ENV,), user="1234"),
             ("e2e-test-images/nonroot:1.5",),
         ),
