@@ -142,7 +142,26 @@ def load_run(path: Path) -> Run | None:
 NEW = "new"
 EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
     (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
-    (r"ErrImagePull|ImagePullBackOff|image not available", "image not available here", "16"),
+    (
+        r"ErrImagePull|ImagePullBackOff|image not available|alpine-nnp",
+        "image not available here",
+        "16",
+    ),
+    (
+        r"service verification failed for",
+        "harness: busybox 1.35's `wget -T` crashes (agnhost image fixed after these runs)",
+        "16",
+    ),
+    (
+        r"data-1=value-1",
+        "harness: Debian's busybox 1.35 `sh` drops env names that are not identifiers (data-1)",
+        "16",
+    ),
+    (
+        r"stat /bin/sysctl|\[sig-node\] Sysctls .* Expected$",
+        "harness: busybox image had sysctl in /sbin (fixed after these runs)",
+        "16",
+    ),
     (
         r"\[sig-network\] DNS|endpoint [a-z][-a-z0-9]*:\d+ over|customized name server",
         "cluster DNS: `make up` has no kube-dns yet (h-dns), names do not resolve",
