@@ -286,6 +286,9 @@ def render(*, nodeagent: Run | None, kubelet: Run | None, selection: str = "") -
                 if peer == "nodeagent":
                     capability, issue = explain(r)
                     tail = f" — {capability} (issue {issue})"
+                    other = by_peer["kubelet"].get(r.name)
+                    if other is not None and other.status == "failed":
+                        tail += "; fails with the kubelet too (this harness or host)"
                 out.append(f"- {_md(r.name)}: {_md(r.why)}{tail}")
             out.append("")
     return "\n".join(out).rstrip() + "\n"

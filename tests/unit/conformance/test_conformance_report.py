@@ -121,6 +121,19 @@ def test_the_report_lists_the_kubelet_pass_nodeagent_fail_specs_first() -> None:
     assert "commit `abc1234`" in text
 
 
+def test_a_failure_both_nodes_share_is_marked_as_such() -> None:
+    nodeagent = report.parse_junit(FIXTURE)
+    kubelet = [replace(r, status="passed", why="") if r.name != DNS else r for r in nodeagent]
+
+    text = report.render(
+        nodeagent=run_of("nodeagent", nodeagent), kubelet=run_of("kubelet", kubelet)
+    )
+
+    dns_line = next(line for line in text.splitlines() if line.startswith(f"- {DNS}"))
+    assert dns_line.endswith("; fails with the kubelet too (this harness or host)")
+    assert "## Pass with the kubelet, fail with nodeagent (1)" in text
+
+
 def test_a_missing_run_leaves_its_column_empty() -> None:
     text = report.render(nodeagent=run_of("nodeagent", report.parse_junit(FIXTURE)), kubelet=None)
 
