@@ -163,6 +163,11 @@ EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
         "16",
     ),
     (
+        r"DNS for pods for (Hostname|Subdomain)",
+        "kubelet-managed /etc/hosts (the pod's own hostname entry)",
+        NEW,
+    ),
+    (
         r"\[sig-network\] DNS|endpoint [a-z][-a-z0-9]*:\d+ over|customized name server",
         "cluster DNS: `make up` has no kube-dns yet (h-dns), names do not resolve",
         "16",
