@@ -17,9 +17,10 @@ PYTEST := $(PY) -m pytest
 help:
 	@echo "make up        set up everything and start a local single-node cluster with nodeagent as its node"
 	@echo "make down      stop and clean everything 'make up' started"
-	@echo "make test      the whole test suite (lint, types, unit, integration, system)"
+	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
 	@echo "make packages  build the .deb and .rpm into dist/"
 	@echo "make vm-test   only the VM system tests"
+	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
 	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
 
 # --- setup --------------------------------------------------------------------------------------
@@ -79,8 +80,23 @@ integration: venv binaries
 vm-test: venv packages
 	$(PYTEST) tests/system -q
 
+# The Vagrantfile under vagrant-libvirt with a local box built from the VM image (README.md).
+VAGRANT_PACKAGES := tests/harness/vagrant-packages.txt
+VAGRANT_STAMP := $(STAMPS)/vagrant-$(shell sha256sum $(VAGRANT_PACKAGES) 2>/dev/null | cut -c1-16)
+
+.PHONY: vagrant-deps
+vagrant-deps: $(VAGRANT_STAMP)
+$(VAGRANT_STAMP): $(VAGRANT_PACKAGES) | $(HOST_STAMP)
+	@echo ">>> installing Debian packages listed in $(VAGRANT_PACKAGES)"
+	tests/harness/install-host-packages.sh $(VAGRANT_PACKAGES)
+	@mkdir -p $(STAMPS) && touch $@
+
+.PHONY: vagrant-test
+vagrant-test: venv vagrant-deps binaries packages
+	$(PYTEST) tests/vagrant -q
+
 .PHONY: test
-test: host-deps venv lint unit integration vm-test
+test: host-deps venv lint unit integration vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 

@@ -109,6 +109,18 @@ def metrics_server_target(versions: Versions) -> Target:
     )
 
 
+def coredns_target(versions: Versions) -> Target:
+    """CoreDNS (`make up`'s cluster DNS), built only when asked for. Its main package is the
+    module root; the plugin list compiled in is the release's (core/plugin/zplugin.go)."""
+    return Target(
+        name="coredns",
+        wrapper="coredns",
+        package="github.com/coredns/coredns",
+        ldflags="-s -w",
+        out_dir=cache_dir() / "bin" / f"coredns-{versions.coredns}",
+    )
+
+
 def go_env() -> dict[str, str]:
     go_root = cache_dir() / "go"
     env = dict(os.environ)
@@ -156,7 +168,14 @@ def render_metrics_server_go_mod(versions: Versions) -> str:
     return template.replace("@METRICS_SERVER_VERSION@", versions.metrics_server)
 
 
+def render_coredns_go_mod(versions: Versions) -> str:
+    template = (WRAPPERS / "coredns.go.mod.in").read_text()
+    return template.replace("@COREDNS_VERSION@", versions.coredns)
+
+
 def wrapper_go_mod(versions: Versions, wrapper: str) -> str:
+    if wrapper == "coredns":
+        return render_coredns_go_mod(versions)
     if wrapper == "etcd":
         return render_etcd_go_mod(versions)
     if wrapper == "metrics-server":
@@ -167,9 +186,11 @@ def wrapper_go_mod(versions: Versions, wrapper: str) -> str:
 
 def prepare_wrapper(versions: Versions, wrapper: str) -> tuple[Path, str]:
     """Write the wrapper module's go.mod into the cache; return its directory and text."""
-    version = {"etcd": versions.etcd, "metrics-server": versions.metrics_server}.get(
-        wrapper, versions.kubernetes
-    )
+    version = {
+        "etcd": versions.etcd,
+        "metrics-server": versions.metrics_server,
+        "coredns": versions.coredns,
+    }.get(wrapper, versions.kubernetes)
     directory = cache_dir() / "go" / "src" / f"{wrapper}-{version}"
     directory.mkdir(parents=True, exist_ok=True)
     text = wrapper_go_mod(versions, wrapper)
@@ -191,6 +212,8 @@ def recipe(target: Target, versions: Versions, go_version: str) -> str:
     ]
     if target.wrapper == "metrics-server":  # its own pin; the others' recipes stay as they were
         parts.append(versions.metrics_server)
+    if target.wrapper == "coredns":
+        parts.append(versions.coredns)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -242,25 +265,38 @@ def build_lock() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def ensure_metrics_server(*, parallel: int | None = None) -> Path:
-    """Build metrics-server at METRICS_SERVER_VERSION unless it is fresh; return its path."""
+def _ensure_addon(target: Target, version: str, setting: str, parallel: int | None) -> Path:
+    """Build one on-demand binary (metrics-server, CoreDNS) unless it is fresh; its path."""
     if shutil.which("go") is None:
         raise SystemExit("`go` is not on PATH: the build needs the Go toolchain (1.26 or newer)")
+    if not version:
+        raise SystemExit(f"{setting} is not set in tests/harness/versions.env")
     versions = load_versions()
-    if not versions.metrics_server:
-        raise SystemExit("METRICS_SERVER_VERSION is not set in tests/harness/versions.env")
     go_version = go("env", "GOVERSION").strip()
-    target = metrics_server_target(versions)
     with build_lock():
         wanted = recipe(target, versions, go_version)
         if not is_fresh(target, wanted):
             workdir, _ = prepare_wrapper(versions, target.wrapper)
-            say(f"building metrics-server {versions.metrics_server} ({target.package}) ...")
+            say(f"building {target.name} {version} ({target.package}) ...")
             started = time.monotonic()
             run_go_build(target, workdir, parallel=parallel)
             (target.out_dir / f"{target.name}.recipe").write_text(wanted + "\n")
-            say(f"built metrics-server in {duration(time.monotonic() - started)}")
+            say(f"built {target.name} in {duration(time.monotonic() - started)}")
     return target.out_dir / target.name
+
+
+def ensure_metrics_server(*, parallel: int | None = None) -> Path:
+    """Build metrics-server at METRICS_SERVER_VERSION unless it is fresh; return its path."""
+    versions = load_versions()
+    target = metrics_server_target(versions)
+    return _ensure_addon(target, versions.metrics_server, "METRICS_SERVER_VERSION", parallel)
+
+
+def ensure_coredns(*, parallel: int | None = None) -> Path:
+    """Build CoreDNS at COREDNS_VERSION unless it is fresh; return its path."""
+    versions = load_versions()
+    target = coredns_target(versions)
+    return _ensure_addon(target, versions.coredns, "COREDNS_VERSION", parallel)
 
 
 def ensure_built(

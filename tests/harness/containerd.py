@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from harness import processes
+from harness import mirrors, processes
 from harness.images import PAUSE_IMAGE
 
 CgroupDriver = Literal["cgroupfs", "systemd"]
@@ -55,6 +55,9 @@ class ContainerdConfig:
     snapshotter: str = "overlayfs"
     max_container_log_line_size: int = 16384
     plain_http_registries: tuple[str, ...] = ()  # "127.0.0.1:5000", pulled over plain HTTP
+    # "127.0.0.1:5000": docker.io, registry.k8s.io, ... (mirrors.MIRRORED_REGISTRIES) are
+    # pulled from this local registry only (see harness/mirrors.py)
+    mirror_registry: str | None = None
     # Without CAP_SYS_RESOURCE (this sandboxed host) runc cannot lower oom_score_adj (the CRI
     # asks -998 for sandboxes) and every RunPodSandbox fails; None = detect.
     restrict_oom_score_adj: bool | None = None
@@ -211,6 +214,8 @@ def start_containerd(cfg: ContainerdConfig, *, detached: bool = False) -> Contai
         (base / sub).mkdir(parents=True, exist_ok=True)
     for host in cfg.plain_http_registries:
         write_hosts_toml(base / "certs.d", host)
+    if cfg.mirror_registry:
+        mirrors.write_mirrors(base / "certs.d", cfg.mirror_registry)
     (base / "config.toml").write_text(render_config(cfg))
     log = cfg.log_path or base / "containerd.log"
     proc = processes.start(

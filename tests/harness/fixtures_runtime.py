@@ -3,10 +3,13 @@
 - ``images``: the locally built OCI images (pause, busybox), from the cache when warm.
 - ``extra_image_names``: more names for them; override it in a conftest to add names.
 - ``registry``: a running local registry (127.0.0.1, plain HTTP) with the images pushed as
-  ``<host>/pause:latest`` and ``<host>/busybox:latest``; ``registry.host`` is ``127.0.0.1:PORT``.
+  ``<host>/pause:latest`` and ``<host>/busybox:latest``, and under the stock names
+  (``mirrors.STOCK_NAMES``: ``docker.io/library/busybox:latest``, ``registry.k8s.io/pause:3.10.2``,
+  ...); ``registry.host`` is ``127.0.0.1:PORT``.
 - ``containerd``: a private containerd with the CRI on, a CNI bridge network, the
-  `unreachable` routes for the cluster ranges, the images imported into ``k8s.io`` and pulls from
-  ``registry`` allowed over plain HTTP; ``.endpoint``, ``.ctr(*args)``, ``.pod_subnet``.
+  `unreachable` routes for the cluster ranges, the images imported into ``k8s.io``, pulls from
+  ``registry`` allowed over plain HTTP and the stock registries mirrored to it (``busybox`` pulls
+  from ``registry``, never the internet); ``.endpoint``, ``.ctr(*args)``, ``.pod_subnet``.
 
 All are session-scoped (per xdist worker: each worker gets its own bridge and /24). When a test
 that used them fails, the tails of the containerd and registry logs are added to its report.
@@ -33,6 +36,7 @@ from harness.containerd import (
     stop_containerd,
 )
 from harness.images import BuiltImage, build_images
+from harness.mirrors import push_stock
 from harness.processes import is_running, tail
 from harness.registry import REGISTRY, Registry, push_image, start_registry
 
@@ -115,6 +119,7 @@ def registry(
     try:
         for recipe, image in images.items():
             push_image(reg.host, image.layout, f"{recipe}:latest")
+        push_stock(reg.host, {recipe: image.layout for recipe, image in images.items()})
         yield reg
     finally:
         reg.stop()
@@ -150,6 +155,7 @@ def containerd(
                 base_dir=base / "c",
                 cni_conf_dir=net.conf_dir,
                 plain_http_registries=(registry.host,),
+                mirror_registry=registry.host,
                 log_path=logs / "containerd.log",
             )
             ctd = start_containerd(config)

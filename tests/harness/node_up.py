@@ -61,7 +61,7 @@ def _config(
     versions = load_versions()
     kubelet: dict[str, Any] = {
         "clusterDNS": [versions.cluster_dns_ip],
-        "clusterDomain": "cluster.local",
+        "clusterDomain": versions.cluster_domain,
         # This machine may be a cgroup v1 host without systemd as PID 1 (see the CRI issue).
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,

@@ -14,7 +14,15 @@ from typing import Any
 
 from harness.versions import load_versions
 
-RUNTIME_MODULES = ("containerd", "cni", "netsafety", "registry", "images", "images.build")
+RUNTIME_MODULES = (
+    "containerd",
+    "cni",
+    "netsafety",
+    "registry",
+    "mirrors",
+    "images",
+    "images.build",
+)
 
 
 def say(message: str) -> None:
@@ -86,16 +94,25 @@ def _start(mods: dict[str, Any], *, directory: Path, holder: int) -> dict[str, A
             base_dir=base / "containerd",
             cni_conf_dir=network.conf_dir,
             plain_http_registries=(registry.host,),
+            mirror_registry=registry.host,
             log_path=logs / "containerd.log",
         )
         ctd = mods["containerd"].start_containerd(config, detached=True)
         record["containerd_pid"] = ctd.pid
         say(f"containerd on {ctd.endpoint} (log {ctd.log_path})")
-        for recipe, image in mods["images.build"].build_images().items():
+        built = mods["images.build"].build_images()
+        for recipe, image in built.items():
             ctd.import_image(image.tarball)
             pushed = registry.image(f"{recipe}:latest")
             mods["registry"].push_image(registry.host, image.layout, f"{recipe}:latest")
             say(f"image {', '.join(image.names)} imported; pushed as {pushed}")
+        stock = mods["mirrors"].push_stock(
+            registry.host, {recipe: image.layout for recipe, image in built.items()}
+        )
+        say(
+            f"registry mirrors: {', '.join(mods['mirrors'].MIRRORED_REGISTRIES)} are served by "
+            f"{registry.host} only; pushed {', '.join(stock)}"
+        )
     except BaseException:
         stop(record)
         raise

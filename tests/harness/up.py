@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import metrics_server, node_up, runtime_up
+from harness import coredns, metrics_server, node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.controlplane import (
     ControlPlane,
@@ -37,7 +37,9 @@ NODE_NOTE = (
     "imagePullPolicy IfNotPresent, or <registry>/busybox:latest from the local registry) and "
     "programs Services into nftables (table `ip nodeagent`: ClusterIPs and NodePorts work from "
     "this host and from pods); `kubectl exec/attach/port-forward/cp` reach it on :10250 (its "
-    "serving certificate signed by the cluster CA); no volumes or probes yet"
+    "serving certificate signed by the cluster CA). Stock image names (busybox, "
+    "registry.k8s.io/..., quay.io/..., gcr.io/...) are pulled from the local registry through "
+    "containerd's mirrors, never the internet; cluster DNS is CoreDNS (kube-system/kube-dns)"
 )
 
 
@@ -153,6 +155,8 @@ def up() -> int:
                 containerd_socket=Path(runtime["containerd_dir"]) / "c.sock",
                 work_dir=directory / "metrics-server",
             )
+        if "registry" in runtime:
+            coredns.up(plane, registry_host=runtime["registry"], work_dir=directory / "coredns")
     say(NODE_NOTE)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")
     print(f"export PATH={plane.kubectl_path.parent}:$PATH")

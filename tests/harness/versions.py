@@ -20,6 +20,7 @@ class Versions:
     cluster_dns_ip: str
     cluster_domain: str
     metrics_server: str = ""
+    coredns: str = ""
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -48,6 +49,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         cluster_dns_ip=env["CLUSTER_DNS_IP"],
         cluster_domain=env["CLUSTER_DOMAIN"],
         metrics_server=env.get("METRICS_SERVER_VERSION", ""),
+        coredns=env.get("COREDNS_VERSION", ""),
     )
 
 

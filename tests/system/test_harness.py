@@ -51,6 +51,14 @@ def test_a_comma_in_a_path_is_refused_rather_than_reparsed_by_qemu(tmp_path: Pat
         qemu.qemu_argv(spec(tmp_path / "a,b"))
 
 
+def test_an_extra_disk_is_a_raw_virtio_drive_after_the_root_disk(tmp_path: Path) -> None:
+    argv = qemu.qemu_argv(spec(tmp_path, extra_disks=(tmp_path / "box.raw",)))
+    drives = option(argv, "-drive")
+    assert drives[0].startswith(f"file={tmp_path}/overlay.qcow2,")  # still /dev/vda
+    assert drives[1] == f"file={tmp_path}/box.raw,if=none,id=disk1,format=raw,cache=writeback"
+    assert "virtio-blk-pci,drive=disk1" in option(argv, "-device")
+
+
 def test_the_kernel_boots_the_overlay_with_cgroup_v2_on_the_serial_console(tmp_path: Path) -> None:
     argv = qemu.qemu_argv(spec(tmp_path))
     (cmdline,) = option(argv, "-append")

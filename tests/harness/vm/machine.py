@@ -54,6 +54,7 @@ class Machine:
         memory_mb: int = 2048,
         cpus: int = 2,
         boot_timeout: float = 300.0,
+        extra_disks: tuple[Path, ...] = (),
     ) -> None:
         self.image = image
         self.run_dir = run_dir
@@ -64,6 +65,7 @@ class Machine:
         self.boot_timeout = boot_timeout
         self._memory_mb = memory_mb
         self._cpus = cpus
+        self._extra_disks = extra_disks
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel = ControlChannel(socket_path=self.control_socket)
         self._started = 0.0
@@ -89,6 +91,7 @@ class Machine:
             console_log=self.console_log,
             memory_mb=self._memory_mb,
             cpus=self._cpus,
+            extra_disks=self._extra_disks,
             forwards=(
                 qemu.GuestForward(
                     guest_ip=rootfs.APISERVER_IP,

@@ -15,7 +15,8 @@
 #   --node-name    passed as --hostname-override;  --node-ip: passed as --node-ip
 #   --extra-args   appended to NODEAGENT_ARGS in /etc/default/nodeagent
 #   --swap-size    size of /swapfile (default 256M; 0 = no swap file)
-#   --apt-update   run `apt-get update` first (a Vagrant box with network access)
+#   --apt-update   run `apt-get update` first when a dependency of the .deb is missing (a Vagrant
+#                  box with network access); a host that has them all installs offline
 #   --pod-subnet   the bridge pod network written when no CNI config exists (default 10.244.0.0/24)
 #   --no-start     install and configure only
 set -euo pipefail
@@ -110,12 +111,20 @@ EOF
     log "wrote a bridge CNI network ($pod_subnet) in $dir"
 }
 
+# True when installing the .deb needs anything apt would download: its plan (a simulation, from
+# the package lists present) installs more than nodeagent itself, or apt cannot plan it at all.
+needs_download() {
+    local plan
+    plan=$(apt-get install -s -q "$1" 2>/dev/null) || return 0
+    grep '^Inst ' <<<"$plan" | grep -qv '^Inst nodeagent '
+}
+
 install_package() {
     export DEBIAN_FRONTEND=noninteractive
-    if ((apt_update)); then apt-get update -q; fi
     # apt needs a path with a slash to treat the argument as a file.
     local path
     path=$(realpath "$deb")
+    if ((apt_update)) && needs_download "$path"; then apt-get update -q; fi
     apt-get install -y -q "$path"
     log "installed $(dpkg-query -W -f='${Package} ${Version}' nodeagent)"
 }

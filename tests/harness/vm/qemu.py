@@ -42,6 +42,9 @@ class QemuSpec:
     memory_mb: int = 2048
     cpus: int = 2
     forwards: tuple[GuestForward, ...] = ()
+    # Raw disks attached after the root disk (/dev/vdb, ...), written in place: the Vagrant box
+    # build prepares one from inside the guest.
+    extra_disks: tuple[Path, ...] = ()
     binary: str = "qemu-system-x86_64"
 
 
@@ -60,6 +63,15 @@ def netdev_option(forwards: tuple[GuestForward, ...]) -> str:
     return ",".join(parts)
 
 
+def _extra_disk_args(disks: tuple[Path, ...]) -> list[str]:
+    args: list[str] = []
+    for i, path in enumerate(disks, start=1):
+        disk = _no_commas(str(path), "disk path")
+        args += ["-drive", f"file={disk},if=none,id=disk{i},format=raw,cache=writeback"]
+        args += ["-device", f"virtio-blk-pci,drive=disk{i}"]
+    return args
+
+
 def qemu_argv(spec: QemuSpec) -> list[str]:
     disk = _no_commas(str(spec.disk), "disk path")
     sock = _no_commas(str(spec.control_socket), "control socket path")
@@ -73,6 +85,7 @@ def qemu_argv(spec: QemuSpec) -> list[str]:
         "-kernel", str(spec.kernel), "-initrd", str(spec.initrd), "-append", spec.cmdline,
         "-drive", f"file={disk},if=none,id=disk0,format=qcow2,cache=unsafe,discard=unmap",
         "-device", "virtio-blk-pci,drive=disk0",
+        *_extra_disk_args(spec.extra_disks),
         "-chardev", f"file,id=console,path={console}",
         "-serial", "chardev:console",
         "-netdev", netdev_option(spec.forwards),
