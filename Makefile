@@ -21,6 +21,7 @@ help:
 	@echo "make packages  build the .deb and .rpm into dist/"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
+	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
 
 # --- setup --------------------------------------------------------------------------------------
 
@@ -108,6 +109,23 @@ docs: venv
 	$(PY) -m nodeagent config reference > docs/configuration.md
 
 # Benchmarks print tables; run by hand, never by `make test` (docs/benchmarks.md).
+# The Kubernetes e2e node and network specs against `make up`'s cluster (docs/conformance.md).
+# PEER=kubelet runs them with the reference kubelet + kube-proxy as the node instead.
+PEER ?= nodeagent
+
+.PHONY: e2e-suite
+e2e-suite: venv
+	PYTHONPATH=tests $(PY) -m conformance build
+
+.PHONY: conformance
+conformance: host-deps venv binaries
+	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER)
+
+# The specs that pass with nodeagent today (tests/conformance/ci-specs.txt); fails on any failure.
+.PHONY: conformance-ci
+conformance-ci: host-deps venv binaries
+	PYTHONPATH=tests $(PY) -m conformance run --ci
+
 .PHONY: bench-node
 bench-node: venv binaries peers
 	PYTHONPATH=tests $(PY) bench/node_idle.py

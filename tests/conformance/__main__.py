@@ -1,0 +1,280 @@
+"""``make conformance [PEER=kubelet]``: the Kubernetes e2e node and network specs against this
+machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
+
+    PYTHONPATH=tests .venv/bin/python -m conformance build
+    PYTHONPATH=tests .venv/bin/python -m conformance run [--peer kubelet] [--procs 8] [--ci]
+                                                         [--focus REGEX] [--no-docs]
+    PYTHONPATH=tests .venv/bin/python -m conformance report      # re-render docs/conformance.md
+
+``run`` builds the suite (`conformance.suite`, cached), brings the cluster up if needed
+(`harness.up`), makes the e2e images and pushes them to the cluster's registry
+(`conformance.images`), points the suite at them with ``KUBE_TEST_REPO_LIST``, runs ginkgo in
+parallel, keeps the suite's JUnit report in ``<cache>/conformance/<peer>/junit_01.xml``,
+saves a compact copy of the results as ``docs/conformance/<peer>.json`` and re-renders
+``docs/conformance.md`` from both peers' saved runs (`conformance.report`). ``--ci`` runs only
+the specs listed in ``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today)
+and touches no docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+from harness import up as harness_up
+from harness.controlplane import attach
+from harness.versions import cache_dir, load_versions
+
+from conformance import images, report, suite
+
+REPO = Path(__file__).resolve().parents[2]
+CI_SPECS = Path(__file__).with_name("ci-specs.txt")
+# The selection (issue 16): node conformance, and the network Services / Networking / DNS specs;
+# nothing serial, disruptive, slow, flaky or behind a feature.
+FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
+SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
+# Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of
+# the failing specs), not CPU: 12 processes keep the 2 cores busy without starving the node
+# (containerd, runc and the node agent share them); the issue's first run used 10. Each process
+# is an idle e2e.test (~100 MB) most of the time.
+DEFAULT_PROCS = 12
+SUITE_TIMEOUT = "100m"
+
+
+def say(message: str) -> None:
+    print(f">>> {message}", flush=True)
+
+
+def machine() -> str:
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    load = Path("/proc/loadavg").read_text().split()[0]
+    return (
+        f"{platform.node()}, {os.cpu_count()} cores, {mem_kib // 1024 // 1024} GiB, "
+        f"kernel {platform.release()}, load {load} at start"
+    )
+
+
+def commit() -> str:
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "nodeagent"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return head + ("-dirty" if dirty else "")
+
+
+def ci_focus(path: Path = CI_SPECS) -> str:
+    """A focus regexp matching exactly the specs listed in `path` (one full text a line)."""
+    names = [
+        line.strip()
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    if not names:
+        raise SystemExit(f"{path} lists no specs")
+    return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
+
+
+def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> int:
+    """Write the CI subset: the specs that passed in nodeagent's saved run (and with the kubelet,
+    when that run exists), fastest first, while their summed time / procs fits the budget."""
+    runs = {p: report.load_run(REPO / "docs" / "conformance" / f"{p}.json") for p in report.PEERS}
+    nodeagent = runs["nodeagent"]
+    if nodeagent is None:
+        raise SystemExit("no saved nodeagent run: `make conformance` first")
+    kubelet_passed = (
+        {r.name for r in runs["kubelet"].results if r.status == "passed"}
+        if runs["kubelet"]
+        else None
+    )
+    passed = sorted(
+        (r for r in nodeagent.results if r.status == "passed"),
+        key=lambda r: (r.seconds, r.name),
+    )
+    chosen, total = [], 0.0
+    for r in passed:
+        if kubelet_passed is not None and r.name not in kubelet_passed:
+            continue
+        if (total + r.seconds) / procs > budget_seconds:
+            break
+        chosen.append(r.name)
+        total += r.seconds
+    header = [
+        "# The CI subset (`make conformance-ci`): specs that passed with nodeagent (and with",
+        "# the kubelet) in the saved runs of docs/conformance/, fastest first,",
+        f"# ~{budget_seconds / 60:.0f} min of spec time at {procs} processes.",
+        "# Regenerate: python -m conformance ci-list. One full spec text a line.",
+    ]
+    path.write_text("\n".join([*header, *sorted(chosen)]) + "\n")
+    say(f"{len(chosen)} specs in {path} ({total / 60:.1f} min of spec time)")
+    return 0
+
+
+def suite_timeout(value: str, now: datetime.datetime) -> str:
+    """ginkgo's --timeout: as given ("90m"), or "until-HH:MM" (UTC): the minutes left until then
+    less 3 for the report (at least 5)."""
+    if not value.startswith("until-"):
+        return value
+    hour, minute = (int(x) for x in value.removeprefix("until-").split(":"))
+    end = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return f"{max(5, int((end - now).total_seconds() // 60) - 3)}m"
+
+
+def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
+    """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
+    argv = [
+        str(e2e_test),
+        "--ginkgo.dry-run",
+        f"--ginkgo.focus={focus}",
+        f"--ginkgo.skip={SKIP}",
+        "--provider=skeleton",
+        f"--report-dir={work}",
+    ]
+    subprocess.run(argv, env=env, capture_output=True, check=False, cwd=work.parent)
+    return {r.name for r in report.parse_junit(work / "junit_01.xml") if r.status == "passed"}
+
+
+def run(args: argparse.Namespace) -> int:
+    started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load_at_start = machine()
+    built = suite.ensure_suite()
+    versions = load_versions()
+    if harness_up.up() != 0:
+        raise SystemExit("`make up` failed")
+    directory = harness_up.state_dir()
+    state = harness_up.read_state(directory)
+    if not state or "registry" not in (state.get("runtime") or {}):
+        raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
+    plane = attach(state["control_plane"])
+    registry_host = state["runtime"]["registry"]
+    pushed = images.push_all(
+        registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
+    )
+    say(f"{len(pushed)} e2e images pushed to {registry_host}")
+    work = cache_dir() / "conformance" / args.peer
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    repo_list = work / "repo-list.yaml"
+    repo_list.write_text(images.repo_list(registry_host))
+
+    focus = ci_focus() if args.ci else (args.focus or FOCUS)
+    argv = [
+        str(built.ginkgo),
+        f"--procs={args.procs}",
+        f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
+        "--no-color",
+        "--silence-skips",
+        f"--output-dir={work}",
+        f"--focus={focus}",
+        f"--skip={SKIP}",
+        str(built.e2e_test),
+        "--",
+        f"--kubeconfig={plane.admin_kubeconfig}",
+        "--provider=skeleton",
+        "--disable-log-dump",
+        "--dump-logs-on-failure=false",
+        f"--e2e-output-dir={work}",
+        f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
+        "--minStartupPods=0",
+    ]
+    env = dict(
+        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
+    )
+    node: AbstractContextManager[object] = nullcontext()
+    if args.peer == "kubelet":
+        from conformance.peer import kubelet_node
+
+        node = kubelet_node(plane, state, directory=directory, work=work)
+    with node:
+        say(
+            f"running the e2e suite with {args.peer} as the node ({args.procs} processes);"
+            f" log {work}/ginkgo.log"
+        )
+        started = time.monotonic()
+        with (work / "ginkgo.log").open("w") as log:
+            done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        seconds = time.monotonic() - started
+    if args.peer == "kubelet":
+        harness_up.write_state(directory, state)
+    junit = work / "junit_01.xml"
+    selected = dry_run(built.e2e_test, focus=focus, work=work / "dry-run", env=env)
+    if not junit.is_file():
+        print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
+        raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
+    results = report.parse_junit(junit, selected=selected)
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
+    say(
+        f"{len(results)} specs in {seconds / 60:.1f} min: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['skipped']} skipped (JUnit {junit})"
+    )
+    if args.ci:
+        return 0 if counts["failed"] == 0 and results else 1
+    if args.focus or args.no_docs:
+        return 0
+    record = report.Run(
+        peer=args.peer,
+        started=started_wall,
+        machine=load_at_start,
+        commit=commit(),
+        seconds=round(seconds),
+        procs=args.procs,
+        results=tuple(results),
+        note=args.note,
+    )
+    docs = REPO / "docs"
+    report.save_run(docs / "conformance" / f"{args.peer}.json", record)
+    report.main([str(docs)])
+    say(f"wrote {docs / 'conformance.md'}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build e2e.test, ginkgo and agnhost (cached)")
+    sub.add_parser("report", help="re-render docs/conformance.md from the saved runs")
+    ci = sub.add_parser("ci-list", help="write ci-specs.txt from the saved runs")
+    ci.add_argument("--budget-minutes", type=float, default=6.0)
+    ci.add_argument("--procs", type=int, default=DEFAULT_PROCS)
+    r = sub.add_parser("run", help="run the suite against make up's cluster")
+    r.add_argument("--peer", choices=report.PEERS, default="nodeagent")
+    r.add_argument(
+        "--procs", type=int, default=int(os.environ.get("CONFORMANCE_PROCS", DEFAULT_PROCS))
+    )
+    r.add_argument("--focus", default="", help="a narrower ginkgo focus (docs are not written)")
+    r.add_argument("--ci", action="store_true", help="only the specs of ci-specs.txt")
+    r.add_argument("--no-docs", action="store_true")
+    r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
+    r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        suite.ensure_suite()
+        return 0
+    if args.command == "report":
+        return report.main([str(REPO / "docs")])
+    if args.command == "ci-list":
+        return write_ci_list(args.budget_minutes * 60, args.procs)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,3 @@
+module nodeagent.test/nc
+
+go 1.26.0

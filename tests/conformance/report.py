@@ -1,0 +1,333 @@
+"""Turn the suite's JUnit report into results and the two-column table of docs/conformance.md.
+
+    results = parse_junit(Path("junit.xml"))          # one Result per spec
+    save_run(Path("docs/conformance/nodeagent.json"), run)   # compact, committed
+    text = render(nodeagent=run_a, kubelet=run_b)       # markdown
+
+A spec's group is its SIG label and the first Describe text (the Title-Case words after the
+label, up to the first lower-case word or bracket tag), e.g. ``[sig-node] Pods`` or
+``[sig-network] Networking Granular Checks: Pods``. A failure's "why" is the first meaningful
+line of its failure message; `explain` maps it (and the spec name) to the missing capability and
+the issue it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PEERS = ("nodeagent", "kubelet")
+SUITE_NODES = (
+    "[SynchronizedBeforeSuite]",
+    "[SynchronizedAfterSuite]",
+    "[BeforeSuite]",
+    "[AfterSuite]",
+    "[ReportBeforeSuite]",
+    "[ReportAfterSuite]",
+    "[DeferCleanup (Suite)]",
+)
+WHY_MAX = 150
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    name: str  # the spec's full text, without ginkgo's "[It] " prefix
+    status: str  # passed | failed | skipped
+    why: str = ""  # failed or skipped: one line
+    seconds: float = 0.0
+
+    @property
+    def group(self) -> str:
+        return group_of(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One `make conformance` run: which node, when, where, and each spec's result."""
+
+    peer: str
+    started: str
+    machine: str
+    commit: str
+    seconds: float
+    procs: int
+    results: tuple[Result, ...] = field(default_factory=tuple)
+    note: str = ""
+
+
+def group_of(name: str) -> str:
+    match = re.match(r"(\[sig-[\w-]+\])\s+(.*)", name)
+    if not match:
+        return "(no SIG label)"
+    words = []
+    for word in match.group(2).split():
+        if word.startswith("[") or (not word[:1].isupper() and not word[:1].isdigit()):
+            break
+        words.append(word)
+        if len(words) == 4:
+            break
+    return f"{match.group(1)} {' '.join(words)}".rstrip()
+
+
+def one_line(message: str) -> str:
+    """The first line of a failure message that says something, shortened."""
+    for raw in message.splitlines():
+        line = " ".join(raw.split())
+        if not line or line in {"[FAILED]", "failed", "[TIMEDOUT]"} or line.startswith("In ["):
+            continue
+        line = re.sub(r"^\[(FAILED|TIMEDOUT|PANICKED)\]\s*", "", line)
+        return line if len(line) <= WHY_MAX else line[: WHY_MAX - 1] + "…"
+    return "(no message)"
+
+
+NOT_RUN = "not run: the run's time limit (ginkgo --timeout) came first"
+
+
+def parse_junit(path: Path, *, selected: set[str] | None = None) -> list[Result]:
+    """Every selected spec of a ginkgo JUnit report (suite set-up nodes left out). Ginkgo marks
+    both the specs its focus left out and the ones an interrupted run never started as plain
+    "skipped"; `selected` (the names a dry run selects) tells the second kind apart."""
+    root = ET.parse(path).getroot()
+    results = []
+    for case in root.iter("testcase"):
+        name = case.get("name", "")
+        suite_node = name.startswith(SUITE_NODES)
+        if suite_node and case.find("failure") is None and case.find("error") is None:
+            continue  # suite set-up that worked; one that failed is every spec's cause
+        name = re.sub(r"^\[It\]\s+", "", name)
+        status = case.get("status", "")
+        failure = case.find("failure")
+        error = case.find("error")
+        skipped = case.find("skipped")
+        why = ""
+        if failure is not None or error is not None or status in {"failed", "timedout", "panicked"}:
+            node = failure if failure is not None else error
+            text = "" if node is None else (node.get("message") or node.text or "")
+            status, why = "failed", one_line(text)
+        elif skipped is not None or status in {"skipped", "pending"}:
+            message = skipped.get("message", "") if skipped is not None else ""
+            if message.strip() in {"skipped", "pending", ""}:
+                if selected is None or name not in selected:
+                    continue  # not selected (focus/skip); a spec skipped at run time says why
+                message = NOT_RUN
+            status, why = "skipped", one_line(message)
+        else:
+            status = "passed"
+        results.append(
+            Result(name=name, status=status, why=why, seconds=float(case.get("time", 0)))
+        )
+    return results
+
+
+def save_run(path: Path, run: Run) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(run), indent=1, sort_keys=True) + "\n")
+
+
+def load_run(path: Path) -> Run | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    data["results"] = tuple(Result(**r) for r in data["results"])
+    return Run(**data)
+
+
+# Why a spec fails on nodeagent: (pattern on "<name> <why>", capability, issue). First match wins.
+# "new" = no open issue covers it yet (issues 12-16 are the open ones when this was written).
+NEW = "new"
+EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
+    (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
+    (
+        r"ErrImagePull|ImagePullBackOff|image not available|alpine-nnp",
+        "image not available here",
+        "16",
+    ),
+    (
+        r"service verification failed for",
+        "harness: busybox 1.35's `wget -T` crashes (agnhost image fixed after these runs)",
+        "16",
+    ),
+    (
+        r"data-1=value-1",
+        "harness: Debian's busybox 1.35 `sh` drops env names that are not identifiers (data-1)",
+        "16",
+    ),
+    (
+        r"stat /bin/sysctl|\[sig-node\] Sysctls .* Expected$",
+        "harness: busybox image had sysctl in /sbin (fixed after these runs)",
+        "16",
+    ),
+    (
+        r"DNS for pods for (Hostname|Subdomain)",
+        "kubelet-managed /etc/hosts (the pod's own hostname entry)",
+        NEW,
+    ),
+    (
+        r"\[sig-network\] DNS|endpoint [a-z][-a-z0-9]*:\d+ over|customized name server",
+        "cluster DNS: `make up` has no kube-dns yet (h-dns), names do not resolve",
+        "16",
+    ),
+    (r"evict", "eviction", "14"),
+    (r"cgroup v2|\bPSI\b|pressure|swap|QoS|OOM", "resources on cgroup v2", "14"),
+    (r"shutdown|Shutdown", "graceful node shutdown", "15"),
+    (r"RTNETLINK answers: Operation not supported", "this host's kernel (no dummy driver)", "-"),
+    (r"Ephemeral Containers", "ephemeral containers", NEW),
+    (r"hostnameOverride|Override hostname", "pod spec.hostnameOverride", NEW),
+    (r"/etc/hosts|hostAliases|KubeletManagedEtcHosts", "kubelet-managed /etc/hosts", NEW),
+    (r"readiness gates", "pod readiness gates", NEW),
+    (r"activeDeadlineSeconds", "activeDeadlineSeconds updates", NEW),
+    (r"Sysctls", "pod securityContext.sysctls", NEW),
+    (r"via the environment", "env from ConfigMap/Secret keys", NEW),
+    (r"Probing|probe|restartable init", "probes on terminating pods and sidecars", "13"),
+    (r"no endpoints exist|rejected", "service proxy: REJECT when a Service has no endpoints", NEW),
+    (r"\[sig-network\] (Services|Networking)", "service proxy", NEW),
+    (r"logs?\b|exec|Exec|attach|port-?forward|proxy|10250", "the kubelet API on :10250", "12"),
+)
+
+
+def explain(result: Result) -> tuple[str, str]:
+    """(capability, issue) for a failure; ('not yet classified', '?') if nothing matches."""
+    text = f"{result.name} {result.why}"
+    for pattern, capability, issue in EXPLANATIONS:
+        if re.search(pattern, text):
+            return capability, issue
+    return "not yet classified", "?"
+
+
+def _counts(results: Iterable[Result]) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return counts
+
+
+def _cell(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "-"
+    return f"{counts['passed']} / {counts['failed']} / {counts['skipped']}"
+
+
+def _run_line(run: Run | None, peer: str) -> str:
+    if run is None:
+        command = "make conformance" + (" PEER=kubelet" if peer == "kubelet" else "")
+        return f"- **{peer}**: no run recorded yet (`{command}`)"
+    c = _counts(run.results)
+    not_run = sum(1 for r in run.results if r.why == NOT_RUN)
+    minutes = run.seconds / 60
+    line = (
+        f"- **{peer}**: {run.started}, commit `{run.commit}`, {run.machine}; "
+        f"{len(run.results)} specs, {c['passed']} passed, {c['failed']} failed, "
+        f"{c['skipped']} skipped (of which {not_run} not run: time limit) in {minutes:.0f} min "
+        f"with {run.procs} ginkgo processes"
+    )
+    return line + (f" ({run.note})" if run.note else "")
+
+
+def render(*, nodeagent: Run | None, kubelet: Run | None, selection: str = "") -> str:
+    runs = {"nodeagent": nodeagent, "kubelet": kubelet}
+    by_peer = {
+        peer: ({r.name: r for r in run.results} if run else {}) for peer, run in runs.items()
+    }
+    names = sorted(set(by_peer["nodeagent"]) | set(by_peer["kubelet"]))
+    out = [
+        "# Conformance: the Kubernetes e2e specs against nodeagent and the reference kubelet",
+        "",
+    ]
+    out += ["Generated by `make conformance` (tests/conformance/); do not edit by hand.", ""]
+    if selection:
+        out += [selection, ""]
+    out += [_run_line(nodeagent, "nodeagent"), _run_line(kubelet, "kubelet"), ""]
+
+    gap = [
+        n
+        for n in names
+        if by_peer["kubelet"].get(n, Result(n, "")).status == "passed"
+        and by_peer["nodeagent"].get(n, Result(n, "")).status == "failed"
+    ]
+    out += [f"## Pass with the kubelet, fail with nodeagent ({len(gap)})", ""]
+    if gap:
+        out += ["| spec | why it fails on nodeagent | capability | issue |", "|---|---|---|---|"]
+        for n in gap:
+            r = by_peer["nodeagent"][n]
+            capability, issue = explain(r)
+            out.append(f"| {_md(n)} | {_md(r.why)} | {capability} | {issue} |")
+    else:
+        out.append("None" + ("" if kubelet and nodeagent else " (needs both runs)") + ".")
+    out.append("")
+
+    out += ["## Per spec group", ""]
+    out += ["Cells are passed / failed / skipped.", ""]
+    out += ["| group | selected | nodeagent | kubelet |", "|---|---:|---|---|"]
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(group_of(n), []).append(n)
+    for group, members in sorted(groups.items()):
+        cells = []
+        for peer in PEERS:
+            rows = [by_peer[peer][n] for n in members if n in by_peer[peer]]
+            cells.append(_cell(_counts(rows) if runs[peer] else None))
+        out.append(f"| {_md(group)} | {len(members)} | {cells[0]} | {cells[1]} |")
+    out.append("")
+
+    for peer in PEERS:
+        failed = [
+            by_peer[peer][n]
+            for n in names
+            if by_peer[peer].get(n, Result(n, "")).status == "failed"
+        ]
+        out += [f"## Failures with {peer} ({len(failed)})", ""]
+        if not failed:
+            out += ["None." if runs[peer] else "No run recorded.", ""]
+            continue
+        for group in sorted({r.group for r in failed}):
+            out += [f"### {group}", ""]
+            for r in (f for f in failed if f.group == group):
+                tail = ""
+                if peer == "nodeagent":
+                    capability, issue = explain(r)
+                    tail = f" — {capability} (issue {issue})"
+                    other = by_peer["kubelet"].get(r.name)
+                    if other is not None and other.status == "failed":
+                        tail += "; fails with the kubelet too (this harness or host)"
+                out.append(f"- {_md(r.name)}: {_md(r.why)}{tail}")
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+HOW = """\
+How: `make conformance` (nodeagent, `make up`'s node) and `make conformance PEER=kubelet` (the
+reference kubelet and kube-proxy in nftables mode, built by `make peers`, as the same node on the
+same control plane and containerd), e2e.test, ginkgo and agnhost built from the Go module proxy at
+KUBERNETES_VERSION (tests/conformance/suite.py). The selection: the `[NodeConformance]` specs and
+the `[sig-network]` Services / Networking / DNS specs that are neither `[Serial]`, `[Disruptive]`,
+`[Slow]`, `[Flaky]` nor `[Feature:…]`; a spec the suite skips at run time (e.g. "Requires at
+least 2 nodes") is counted as skipped.
+
+Images (tests/conformance/images.py, pushed to `make up`'s registry, named through
+`KUBE_TEST_REPO_LIST`): agnhost is the module's agnhost binary on the static busybox, with `nc`
+built here (tests/conformance/nc) and `curl`, `dig`, `getent`, `wget` as shell stand-ins over
+busybox wget/nslookup (`dig +tcp` goes over UDP; `wget -T` becomes `timeout`: the static busybox
+1.35 crashes on -T, added after the runs below, whose `wget -T` checks failed on both nodes);
+nginx is busybox `httpd` on :80 under nginx's name; kitten/nautilus are agnhost with their html
+files; glibc-dns-testing is busybox with the `dig` and `getent` stand-ins; nonroot is busybox
+with USER 1234; pause is the harness's. Any other image fails its pull (ErrImagePull: "image not
+available here")."""
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m conformance.report <docs dir>``: re-render conformance.md from the saved runs."""
+    docs = Path(argv[0] if argv else "docs")
+    runs = {peer: load_run(docs / "conformance" / f"{peer}.json") for peer in PEERS}
+    (docs / "conformance.md").write_text(
+        render(nodeagent=runs["nodeagent"], kubelet=runs["kubelet"], selection=HOW)
+    )
+    return 0
