@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from harness.pki import Authority, create_authority, load_key
 
 from nodeagent.apiserver import CSRS, Endpoint, load_kubeconfig
-from nodeagent.certificate import csr
+from nodeagent.certificate import csr, isolated
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.errors import ConfigError
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -167,6 +167,7 @@ async def start(
             clock=server.clock,
             bootstrap_client=bootstrap_client,
             rand=lambda: 0.5,
+            isolate=isolated.in_process,
             **kw,
         )
         tasks.append(asyncio.create_task(m.run()))
