@@ -262,7 +262,7 @@ class CredentialsManager:
         while True:
             try:
                 return await step()
-            except (ApiError, CertificateError) as e:
+            except (ApiError, CertificateError, isolated.IsolatedError) as e:
                 delay = backoff.next()
                 self._log.error(f"Failed to {what}; will retry", error=str(e), retry_in_s=delay)
                 await asyncio.sleep(delay)

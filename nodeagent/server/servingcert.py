@@ -183,7 +183,7 @@ class ServingCertificate:
             try:
                 await self._request()
                 return
-            except (ApiError, ServingCertError) as e:
+            except (ApiError, ServingCertError, isolated.IsolatedError) as e:
                 delay = backoff.next()
                 self._log.error(
                     "Failed to get the serving certificate; will retry",
