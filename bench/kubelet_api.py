@@ -180,6 +180,12 @@ class ApiBench(ps.PodBench):
         result.all_running_s = batch.all_running_s
         if batch.all_running_s is None:
             raise RuntimeError(f"only {len(batch.latencies())}/{len(bodies)} pods Running")
+        # A node declaring ExtendWebSocketsToKubelet gets WebSocket streams as they come; to
+        # any other the apiserver makes them SPDY (another round trip per stream it opens).
+        declared = self.plane.kubectl(
+            "get", "node", node.name, "-o", "jsonpath={.status.declaredFeatures}"
+        ).stdout.strip()
+        result.notes.append(f"node {node.name} declaredFeatures: {declared or 'none'}")
         ps.sleep_watching(args.settle, proc)
         ps.wait_quiet(proc, max_load=args.max_load, max_wait=args.max_wait)
 
@@ -361,7 +367,7 @@ def main(argv: list[str]) -> int:
                 result, holder = Result(), ps.Result()
                 with bench.node(component, holder) as node:
                     bench.measure_on(node, result)
-                result.notes = holder.notes
+                result.notes = holder.notes + result.notes
                 results[component] = result
                 say(f"{component}: done")
         lines = [table(results, args, markdown=args.markdown), ""]

@@ -5,6 +5,11 @@ P-256 key, subject ``O=system:nodes, CN=system:node:<name>``, no SANs, usages
 ``digital signature`` + ``client auth`` (the set the csrapproving controller accepts). The CSR
 object's name is a digest of the public key, subject and usages, so a restart while waiting
 finds the same request again instead of creating another.
+
+Reading a certificate (:func:`cert_info`, :func:`key_matches`) needs only the standard library
+(:mod:`nodeagent.certificate.der`); making a key or a CSR imports ``cryptography`` when called,
+which the agent does in a child process (:mod:`nodeagent.certificate.isolated`) so that its
+own RSS never carries it.
 """
 
 from __future__ import annotations
@@ -13,12 +18,12 @@ import base64
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from nodeagent.certificate import der
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 SIGNER: Final = "kubernetes.io/kube-apiserver-client-kubelet"
 USAGES: Final = ("digital signature", "client auth")
@@ -30,6 +35,9 @@ def common_name(node_name: str) -> str:
 
 
 def new_private_key_pem() -> bytes:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     key = ec.generate_private_key(ec.SECP256R1())
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -37,6 +45,9 @@ def new_private_key_pem() -> bytes:
 
 
 def _load_key(key_pem: bytes) -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     key = serialization.load_pem_private_key(key_pem, password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError("the node client key must be an ECDSA key")
@@ -44,6 +55,10 @@ def _load_key(key_pem: bytes) -> ec.EllipticCurvePrivateKey:
 
 
 def csr_pem(key_pem: bytes, node_name: str) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, NODES_GROUP),
@@ -60,6 +75,8 @@ def csr_pem(key_pem: bytes, node_name: str) -> bytes:
 
 def csr_name(key_pem: bytes, node_name: str) -> str:
     """``node-csr-<digest>`` of public key, subject and usages (stable across restarts)."""
+    from cryptography.hazmat.primitives import serialization
+
     public = (
         _load_key(key_pem)
         .public_key()
@@ -102,18 +119,19 @@ class CertInfo:
 
 
 def cert_info(cert_pem: bytes) -> CertInfo:
-    cert = x509.load_pem_x509_certificate(cert_pem)
-    return CertInfo(
-        subject=cert.subject.rfc4514_string(),
-        not_before=cert.not_valid_before_utc,
-        not_after=cert.not_valid_after_utc,
-    )
+    """Subject and validity of the first certificate of ``cert_pem`` (ValueError if it is
+    not one)."""
+    not_before, not_after = der.validity(cert_pem)
+    return CertInfo(subject=der.subject(cert_pem), not_before=not_before, not_after=not_after)
 
 
 def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
-    cert_key = x509.load_pem_x509_certificate(cert_pem).public_key()
-    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return cert_key.public_bytes(*fmt) == _load_key(key_pem).public_key().public_bytes(*fmt)
+    """Whether the certificate is for this EC key (ValueError if either cannot be read, or the
+    key is not EC or does not carry its public point, as none of the keys we make)."""
+    public = der.ec_public_key(key_pem)
+    if public is None:
+        raise ValueError("the key is not an EC private key with its public key")
+    return der.cert_public_key(cert_pem) == public
 
 
 ROTATE_AT_MIN: Final = 0.7

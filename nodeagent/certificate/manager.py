@@ -42,7 +42,7 @@ from nodeagent.apiserver import (
     WatchCache,
     load_kubeconfig,
 )
-from nodeagent.certificate import csr
+from nodeagent.certificate import csr, isolated
 from nodeagent.certificate.csr import CertInfo
 from nodeagent.certificate.store import CertStore
 from nodeagent.clock import Clock
@@ -89,7 +89,9 @@ class CredentialsManager:
         rand: Callable[[], float] = random.random,
         on_credentials: Callable[[CertInfo | None], None] | None = None,
         log: Logger | None = None,
+        isolate: isolated.Isolate = isolated.call,
     ) -> None:
+        self._isolate = isolate
         self._api = api
         self._s = settings
         self._clock = clock
@@ -189,9 +191,12 @@ class CredentialsManager:
         return load_kubeconfig(self._s.kubeconfig)
 
     async def _request_and_install(self, api: Api) -> None:
-        key = self._store.pending_key() or csr.new_private_key_pem()
+        # Made in a child process: the agent never imports cryptography (~10 MiB of RSS).
+        key = self._store.pending_key()
+        if key is None:
+            key = await self._isolate(csr.new_private_key_pem)
         self._store.save_pending_key(key)
-        request = csr.csr_object(key, self._s.node_name)
+        request = await self._isolate(csr.csr_object, key, self._s.node_name)
         name = request["metadata"]["name"]  # type: ignore[index]
         try:
             await api.create(CSRS, request)
@@ -257,7 +262,7 @@ class CredentialsManager:
         while True:
             try:
                 return await step()
-            except (ApiError, CertificateError) as e:
+            except (ApiError, CertificateError, isolated.IsolatedError) as e:
                 delay = backoff.next()
                 self._log.error(f"Failed to {what}; will retry", error=str(e), retry_in_s=delay)
                 await asyncio.sleep(delay)

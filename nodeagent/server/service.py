@@ -51,10 +51,13 @@ def pod_lookup(
         return [*api, *pods.static_pods.items()]
 
     def find(namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod with the newest status the agent computed for it (the API copy's may be
+        a write behind)."""
         for pod in all_pods():
             meta = pod.get("metadata") or {}
             if meta.get("namespace") == namespace and meta.get("name") == name:
-                return pod
+                status = pods.status.last_status(str(meta.get("uid", "")))
+                return {**pod, "status": status} if status is not None else pod
         return None
 
     return all_pods, find

@@ -21,13 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 from nodeagent.apiserver import CSRS, Api, ApiError, Backoff, Obj
-from nodeagent.certificate import csr
+from nodeagent.certificate import csr, isolated
 from nodeagent.certificate.store import ensure_private_dir, write_private
 from nodeagent.clock import Clock
 from nodeagent.log import Logger, get_logger
@@ -61,6 +56,12 @@ def node_addresses(node: Obj | None) -> tuple[list[str], list[str]]:
 def serving_csr_pem(
     key_pem: bytes, node_name: str, dns: Sequence[str], ips: Sequence[str]
 ) -> bytes:
+    """The CSR's PEM (imports ``cryptography``: the agent calls it in a child process)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = serialization.load_pem_private_key(key_pem, password=None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
@@ -126,7 +127,9 @@ class ServingCertificate:
         pki_dir: Path,
         addresses: Addresses,
         log: Logger | None = None,
+        isolate: isolated.Isolate = isolated.call,
     ) -> None:
+        self._isolate = isolate
         self._api = api
         self._clock = clock
         self._node_name = node_name
@@ -180,7 +183,7 @@ class ServingCertificate:
             try:
                 await self._request()
                 return
-            except (ApiError, ServingCertError) as e:
+            except (ApiError, ServingCertError, isolated.IsolatedError) as e:
                 delay = backoff.next()
                 self._log.error(
                     "Failed to get the serving certificate; will retry",
@@ -194,8 +197,9 @@ class ServingCertificate:
         while not ips:
             await asyncio.sleep(POLL)  # the kubelet waits for the node's addresses too
             dns, ips = self._addresses()
-        key = csr.new_private_key_pem()
-        created = await self._api.create(CSRS, serving_csr_object(key, self._node_name, dns, ips))
+        key = await self._isolate(csr.new_private_key_pem)
+        body = await self._isolate(serving_csr_object, key, self._node_name, list(dns), list(ips))
+        created = await self._api.create(CSRS, body)
         name = str((created.get("metadata") or {}).get("name", ""))
         self._log.info(
             "Created serving certificate signing request",

@@ -153,6 +153,18 @@ def _pod(request: web.Request) -> dict[str, Any] | None:
     return pod
 
 
+def _status_container_id(pod: Mapping[str, Any], container: str) -> str | None:
+    """The running container's ID as the pod's status (the agent's newest) says, without its
+    ``<runtime>://`` prefix; None if the status does not say it runs."""
+    status = pod.get("status") or {}
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for cs in status.get(key) or ():
+            if cs.get("name") == container and "running" in (cs.get("state") or {}):
+                cid = str(cs.get("containerID") or "").partition("://")[2]
+                return cid or None
+    return None
+
+
 async def _container_id(runtime: StreamingRuntime, pod_uid: str, container: str) -> str | None:
     found = await runtime.list_containers(
         ContainerFilter(label_selector={POD_UID: pod_uid, CONTAINER_NAME: container})
@@ -174,23 +186,35 @@ async def _exec_or_attach(request: web.Request, *, attach: bool) -> web.StreamRe
     runtime = request.app[STREAMING].runtime
     container = request.match_info["container"]
     uid = str((pod.get("metadata") or {}).get("uid", ""))
-    try:
-        cid = await _container_id(runtime, uid, container)
-        if cid is None:
-            return _error(500, f"container not found ({container!r})".replace("'", '"'))
+
+    async def stream_url(cid: str) -> str:
         if attach:
-            url = await runtime.attach(
+            return await runtime.attach(
                 cid, tty=opts.tty, stdin=opts.stdin, stdout=opts.stdout, stderr=opts.stderr
             )
-        else:
-            url = await runtime.exec(
-                cid,
-                request.query.getall("command", []),
-                tty=opts.tty,
-                stdin=opts.stdin,
-                stdout=opts.stdout,
-                stderr=opts.stderr,
-            )
+        return await runtime.exec(
+            cid,
+            request.query.getall("command", []),
+            tty=opts.tty,
+            stdin=opts.stdin,
+            stdout=opts.stdout,
+            stderr=opts.stderr,
+        )
+
+    # The pod's status names the running container: one CRI call instead of two. It may be
+    # a moment old (the container just restarted): the runtime refuses a container that is
+    # not running, and then the runtime's own list decides, as it always does for the kubelet.
+    hinted = _status_container_id(pod, container)
+    url = None
+    try:
+        if hinted is not None:
+            with contextlib.suppress(CriError):
+                url = await stream_url(hinted)
+        if url is None:
+            cid = await _container_id(runtime, uid, container)
+            if cid is None:
+                return _error(500, f"container not found ({container!r})".replace("'", '"'))
+            url = await stream_url(cid)
     except CriError as e:
         return _error(500, str(e))
     return await proxy_upgrade(request, url)

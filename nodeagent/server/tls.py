@@ -20,11 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
+from nodeagent.certificate import isolated
 from nodeagent.certificate.store import ensure_private_dir, write_private
 
 SELF_SIGNED_VALIDITY: Final = dt.timedelta(days=365)
@@ -33,7 +29,13 @@ KEY_NAME: Final = "kubelet.key"
 
 
 def self_signed_pair(hostname: str, ips: Iterable[str], *, now: dt.datetime) -> tuple[bytes, bytes]:
-    """(cert PEM, key PEM): a self-signed serving certificate for ``hostname`` and ``ips``."""
+    """(cert PEM, key PEM): a self-signed serving certificate for ``hostname`` and ``ips``
+    (imports ``cryptography``: the agent calls it in a child process)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name(
         [x509.NameAttribute(NameOID.COMMON_NAME, f"{hostname}@{int(now.timestamp())}")]
@@ -84,15 +86,20 @@ def self_signed_pair(hostname: str, ips: Iterable[str], *, now: dt.datetime) -> 
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def _self_signed_pair(hostname: str, ips: list[str], now: dt.datetime) -> tuple[bytes, bytes]:
+    return self_signed_pair(hostname, ips, now=now)
+
+
 def ensure_self_signed(
     pki_dir: Path, hostname: str, ips: Iterable[str], *, now: dt.datetime
 ) -> tuple[Path, Path]:
-    """The self-signed pair's paths, generated on first use (kept across restarts)."""
+    """The self-signed pair's paths, generated on first use (kept across restarts), in a
+    child process (blocking: the server calls this in a thread)."""
     cert_path, key_path = pki_dir / CERT_NAME, pki_dir / KEY_NAME
     if cert_path.is_file() and key_path.is_file():
         return cert_path, key_path
     ensure_private_dir(pki_dir)
-    cert_pem, key_pem = self_signed_pair(hostname, ips, now=now)
+    cert_pem, key_pem = isolated.run(_self_signed_pair, hostname, list(ips), now)
     write_private(key_path, key_pem)
     cert_path.write_bytes(cert_pem)
     return cert_path, key_path

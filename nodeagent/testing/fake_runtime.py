@@ -252,6 +252,15 @@ class FakeRuntime(_FakeImages):
             raise self._missing(rpc, "container", container_id)
         return ctr
 
+    def _running(self, container_id: str, *, rpc: str) -> _Container:
+        """As containerd's Exec and Attach: only a running container streams."""
+        ctr = self._container(container_id, rpc=rpc)
+        if ctr.state != cri.CONTAINER_RUNNING:
+            state = {cri.CONTAINER_CREATED: "CONTAINER_CREATED", cri.CONTAINER_EXITED:
+                     "CONTAINER_EXITED"}.get(ctr.state, "CONTAINER_UNKNOWN")  # fmt: skip
+            raise self._error(rpc, "Unknown", f"container is in {state} state")
+        return ctr
+
     def _finish(
         self, ctr: _Container, *, exit_code: int, reason: str = "", message: str = ""
     ) -> None:
@@ -590,7 +599,7 @@ class FakeRuntime(_FakeImages):
         stderr: bool,
     ) -> str:
         self._enter("Exec")
-        self._container(container_id, rpc="Exec")
+        self._running(container_id, rpc="Exec")
         self.streaming_requests.append(
             (
                 "Exec",
@@ -604,7 +613,7 @@ class FakeRuntime(_FakeImages):
         self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
     ) -> str:
         self._enter("Attach")
-        self._container(container_id, rpc="Attach")
+        self._running(container_id, rpc="Attach")
         self.streaming_requests.append(
             (
                 "Attach",

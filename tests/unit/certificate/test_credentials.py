@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from harness.pki import Authority, create_authority, load_key
 
 from nodeagent.apiserver import CSRS, Endpoint, load_kubeconfig
-from nodeagent.certificate import csr
+from nodeagent.certificate import csr, isolated
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.errors import ConfigError
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -162,6 +162,7 @@ async def start(
         if not tasks:
             tasks.append(asyncio.create_task(approver.run()))
         kw.setdefault("settings", settings)
+        kw.setdefault("isolate", isolated.in_process)
         m = CredentialsManager(
             api=server,
             clock=server.clock,
@@ -282,6 +283,27 @@ async def test_rotation_between_70_and_80_percent_swaps_the_identity(
     old, new = server.endpoints
     assert old.client_cert_pem != new.client_cert_pem
     assert len(list(settings.pki_dir.glob("kubelet-client-2*.pem"))) == 2
+
+
+async def test_a_failed_certificate_helper_is_retried_with_backoff(
+    server: FakeApiServer,
+    approver: Approver,
+    start: Callable[..., asyncio.Task[None]],
+) -> None:
+    failures = [isolated.IsolatedError("new_private_key_pem: certificate helper exited with 1")]
+
+    async def flaky(fn: Callable[..., Any], *args: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return fn(*args)
+
+    start(isolate=flaky)
+    await asyncio.sleep(10)
+
+    assert not failures
+    creates = [c.at for c in server.calls_to("create", "certificatesigningrequests")]
+    assert creates == pytest.approx([2.0], abs=0.5)  # after the first backoff step
+    assert len(server.endpoints) == 1
 
 
 async def test_no_kubeconfig_and_no_bootstrap_is_a_configuration_error(

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from nodeagent.apiserver import CSRS
+from nodeagent.certificate import isolated
 from nodeagent.clock import FrozenClock
 from nodeagent.server import tls
 from nodeagent.server.servingcert import (
@@ -151,6 +152,7 @@ async def test_obtain_waits_for_addresses_and_approval(tmp_path: Path) -> None:
         node_name="node-a",
         pki_dir=tmp_path / "pki",
         addresses=lambda: addresses.pop(0) if len(addresses) > 1 else addresses[0],
+        isolate=isolated.in_process,
     )
     path = await asyncio.wait_for(serving.obtain(), 60)
     assert path == tmp_path / "pki" / CURRENT
@@ -199,6 +201,7 @@ async def test_rotation_before_expiry_reloads_the_new_pair(tmp_path: Path) -> No
         node_name="node-a",
         pki_dir=tmp_path,
         addresses=lambda: (["node-a"], ["10.0.0.5"]),
+        isolate=isolated.in_process,
     )
     path = await serving.obtain()
     first = path.read_bytes()

@@ -271,3 +271,69 @@ async def test_run_answers_the_output_or_the_exit_code(
         resp = await client.post("/run/default/nope/app?cmd=true")
         assert resp.status == 404
     assert calls == [(cid, ["echo", "hi"]), (cid, ["false", "now"])]
+
+
+def pod_with_status(container_id: str, *, running: bool = True) -> dict[str, Any]:
+    state = {"running": {}} if running else {"terminated": {"exitCode": 0}}
+    status = {"name": "app", "containerID": f"containerd://{container_id}", "state": state}
+    return {**POD, "status": {"containerStatuses": [status]}}
+
+
+@pytest.fixture
+async def with_status() -> AsyncIterator[tuple[TestServer, FakeRuntime, list[dict[str, Any]]]]:
+    """A server whose pod is the last of the list the test fills (status included)."""
+    runtime, pods = FakeRuntime(), [POD]
+    app = build_app(
+        auth=RequestAuth(tokens=None, authorizer=AlwaysAllow(), anonymous=True),
+        deps=Dependencies(),
+        stream=StreamingDeps(runtime=runtime, find_pod=lambda ns, name: pods[-1]),
+    )
+    async with TestServer(app) as srv:
+        yield srv, runtime, pods
+
+
+async def test_exec_in_the_container_the_status_names_asks_the_runtime_once(
+    with_status: tuple[TestServer, FakeRuntime, list[dict[str, Any]]],
+) -> None:
+    srv, runtime, pods = with_status
+    cid = await running_container(runtime)
+    pods.append(pod_with_status(cid))
+    async with Backend() as url:
+        runtime.streaming_url = url
+        runtime.calls.clear()
+        _, writer, head = await raw_request(
+            srv, f"POST /exec/default/web/app?command=true&output=1 HTTP/1.1\r\n{UPGRADE}"
+        )
+        assert head.startswith(b"HTTP/1.1 101")
+        writer.close()
+    assert runtime.calls == ["Exec"]
+    assert runtime.streaming_requests[0][1]["container_id"] == cid
+
+
+async def test_a_status_a_restart_behind_falls_back_to_the_runtimes_list(
+    with_status: tuple[TestServer, FakeRuntime, list[dict[str, Any]]],
+) -> None:
+    srv, runtime, pods = with_status
+    old = await running_container(runtime)
+    await runtime.stop_container(old, 0)
+    new = await running_container(runtime)
+    pods.append(pod_with_status(old))  # still says the old one runs
+    async with Backend() as url:
+        runtime.streaming_url = url
+        runtime.calls.clear()
+        _, writer, head = await raw_request(
+            srv, f"POST /attach/default/web/app?output=1 HTTP/1.1\r\n{UPGRADE}"
+        )
+        assert head.startswith(b"HTTP/1.1 101")
+        writer.close()
+    assert runtime.calls == ["Attach", "ListContainers", "Attach"]
+    assert [r[1]["container_id"] for r in runtime.streaming_requests] == [new]
+    # A status that says the container is not running is not used at all.
+    pods.append(pod_with_status(new, running=False))
+    await runtime.stop_container(new, 0)
+    reader, writer, head = await raw_request(
+        srv, f"POST /exec/default/web/app?output=1 HTTP/1.1\r\n{UPGRADE}"
+    )
+    assert head.startswith(b"HTTP/1.1 500")
+    assert b'container not found ("app")' in await reader.read(200)
+    writer.close()
