@@ -19,6 +19,7 @@ from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
 from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
@@ -26,9 +27,17 @@ from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, ApiEnvSource, HostResolvConf, PodSync
+from nodeagent.pods.sync import (
+    ALL_PODS,
+    ALL_SERVICES,
+    ApiEnvSource,
+    FinalStatus,
+    HostResolvConf,
+    PodSync,
+)
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
-from nodeagent.pods.workers import PodWorkers
+from nodeagent.pods.workers import PodWorkers, Stage
+from nodeagent.podspec import Pod
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.prober.grpchealth import grpc_checker
 from nodeagent.quantity import value
@@ -93,6 +102,29 @@ class PodManagers:
     prober: ProberManager
     sources: PodSources
     services_cache: WatchCache | None = None
+    workers: PodWorkers | None = None
+    podsync: PodSync | None = None
+
+    async def evict(self, pod: Pod, eviction: Eviction) -> None:
+        """The eviction manager's terminator: the pod's status becomes Failed with the
+        eviction's reason, message and ``DisruptionTarget`` condition, and its containers are
+        killed with the eviction's grace period."""
+        assert self.workers is not None and self.podsync is not None
+        self.podsync.set_final_status(
+            pod.uid,
+            FinalStatus(
+                reason=eviction.reason, message=eviction.message, condition=eviction.condition
+            ),
+        )
+        self.workers.terminate(pod.uid, eviction.grace_period)
+
+    def cleaned_up(self, uid: str) -> bool:
+        """The pod's containers are stopped (its worker finished terminating, or is gone)."""
+        assert self.workers is not None
+        return self.workers.stage(uid) in (None, Stage.TERMINATED)
+
+    def active_pods(self) -> list[Pod]:
+        return self.workers.active_pods() if self.workers is not None else []
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as this node knows it, with the newest status the agent computed for it
@@ -285,4 +317,6 @@ def pod_managers(
         prober=prober,
         sources=sources,
         services_cache=services_cache,
+        workers=workers,
+        podsync=podsync,
     )

@@ -162,6 +162,28 @@ class HostResolvConf:
         return self._value
 
 
+@dataclass(frozen=True, slots=True)
+class FinalStatus:
+    """A status the agent imposes on a pod it stops (eviction): phase Failed, this reason
+    and message, and ``condition`` (``DisruptionTarget``) kept among the conditions."""
+
+    reason: str
+    message: str
+    condition: Mapping[str, str] | None = None
+
+    def apply(self, status: dict[str, Any]) -> dict[str, Any]:
+        out = {**status, "phase": "Failed", "reason": self.reason, "message": self.message}
+        if self.condition is not None:
+            kind = self.condition["type"]
+            kept = [c for c in status.get("conditions") or [] if c.get("type") != kind]
+            old = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+            cond = dict(self.condition)
+            if old is not None and old.get("status") == cond.get("status"):
+                cond["lastTransitionTime"] = old.get("lastTransitionTime", "")
+            out["conditions"] = [cond, *kept]
+        return out
+
+
 def rfc3339(clock: Clock) -> str:
     return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -194,6 +216,12 @@ class PodSync:
         self._events: ObjectEventSink = events or DiscardEvents()
         self._log = log or get_logger("podsync")
         self._reasons: dict[str, dict[str, ContainerFailure]] = {}
+        self._final: dict[str, FinalStatus] = {}
+
+    def set_final_status(self, uid: str, final: FinalStatus) -> None:
+        """From now on the pod's status is Failed with ``final``'s reason, message and
+        condition (an eviction: the kubelet's ``TerminatePodAbnormally`` status function)."""
+        self._final[uid] = final
 
     def _report(self, pod: Pod, state: PodRuntimeState, *, terminal: bool) -> dict[str, Any]:
         previous = self._status.last_status(pod.uid) or pod.status
@@ -208,6 +236,9 @@ class PodSync:
             terminal=terminal,
             probes=self._probes,
         )
+        final = self._final.get(pod.uid)
+        if final is not None:
+            status = final.apply(status)
         self._status.set_status(pod, status)
         return status
 
@@ -296,6 +327,7 @@ class PodSync:
         await self.tear_down_volumes(pod.uid)
         self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
+        self._final.pop(pod.uid, None)
         self._status.forget(pod.uid)
 
     async def remove_runtime_pod(self, uid: str) -> None:

@@ -34,7 +34,7 @@ import msgspec
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.admission import admit_pod
+from nodeagent.pods.admission import AdmitResult, admit_pod
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
@@ -181,6 +181,9 @@ class SyncLoop:
         self._successor_waits = False
         self._tg: asyncio.TaskGroup | None = None
         self.heartbeat: float | None = None
+        # extra admit handlers run before the resource fit (the eviction manager's): each
+        # returns None to admit, else a refusal with the kubelet's reason and message
+        self.admit_handlers: list[Callable[[Pod], AdmitResult | None]] = []
 
     @property
     def name(self) -> str:
@@ -308,10 +311,15 @@ class SyncLoop:
     def _admit(self, pod: Pod) -> bool:
         if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
             return True
-        allocatable = self._allocatable()
-        if allocatable is None:
-            return True
-        result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
+        result: AdmitResult | None = None
+        for handler in self.admit_handlers:
+            if (result := handler(pod)) is not None:
+                break
+        if result is None:
+            allocatable = self._allocatable()
+            if allocatable is None:
+                return True
+            result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
         if result.admit:
             return True
         self._rejected.add(pod.uid)

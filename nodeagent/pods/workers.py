@@ -62,6 +62,7 @@ class _Worker:
     removed: bool = False
     final_sent: bool = False
     final_deleted: bool = False
+    grace_override: int | None = None
 
 
 class PodWorkers:
@@ -123,6 +124,17 @@ class PodWorkers:
         worker.removed = True
         worker.wake.set()
 
+    def terminate(self, uid: str, grace: int) -> bool:
+        """Stop a running pod with ``grace`` seconds (the eviction manager's kill), whatever
+        its spec says; False when the pod is unknown or already terminating."""
+        worker = self._workers.get(uid)
+        if worker is None or worker.stage is not Stage.SYNCING:
+            return False
+        worker.stage = Stage.TERMINATING
+        worker.grace_override = grace
+        worker.wake.set()
+        return True
+
     def sync(self, uid: str) -> None:
         """Sync now (a PLEG event)."""
         worker = self._workers.get(uid)
@@ -177,7 +189,10 @@ class PodWorkers:
             worker.stage = Stage.TERMINATING
         if worker.stage is Stage.TERMINATING:
             try:
-                await self._syncer.sync_terminating_pod(pod, termination_grace_period(pod))
+                grace = worker.grace_override
+                if grace is None:
+                    grace = termination_grace_period(pod)
+                await self._syncer.sync_terminating_pod(pod, grace)
             except Exception:
                 return self._failed("terminate", pod)
             worker.stage = Stage.TERMINATED
