@@ -17,6 +17,7 @@ from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
+from nodeagent.stats import cli as stats_cli
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_cli.register(sub)
     status_cli.register(sub)
     proxy_cli.register(sub)
+    stats_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)

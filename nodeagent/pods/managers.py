@@ -106,17 +106,9 @@ class PodManagers:
     podsync: PodSync | None = None
 
     async def evict(self, pod: Pod, eviction: Eviction) -> None:
-        """The eviction manager's terminator: the pod's status becomes Failed with the
-        eviction's reason, message and ``DisruptionTarget`` condition, and its containers are
-        killed with the eviction's grace period."""
+        """The eviction manager's terminator (see :func:`evict_pod`)."""
         assert self.workers is not None and self.podsync is not None
-        self.podsync.set_final_status(
-            pod.uid,
-            FinalStatus(
-                reason=eviction.reason, message=eviction.message, condition=eviction.condition
-            ),
-        )
-        self.workers.terminate(pod.uid, eviction.grace_period)
+        evict_pod(self.podsync, self.workers, pod, eviction)
 
     def cleaned_up(self, uid: str) -> bool:
         """The pod's containers are stopped (its worker finished terminating, or is gone)."""
@@ -149,6 +141,17 @@ class PodManagers:
             *mirrors,
             *self.gc.managers,
         ]
+
+
+def evict_pod(podsync: PodSync, workers: PodWorkers, pod: Pod, eviction: Eviction) -> None:
+    """The pod's status becomes Failed with the eviction's reason, message and
+    ``DisruptionTarget`` condition, and its containers are killed with the eviction's grace
+    period (the kubelet's ``TerminatePodAbnormally`` through the pod workers)."""
+    podsync.set_final_status(
+        pod.uid,
+        FinalStatus(reason=eviction.reason, message=eviction.message, condition=eviction.condition),
+    )
+    workers.terminate(pod.uid, eviction.grace_period)
 
 
 def pod_managers(

@@ -49,6 +49,8 @@ class Stack:
     sync_loop: SyncLoop
     prober: ProberManager
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    workers: PodWorkers | None = None
+    podsync: PodSync | None = None
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
         return self.server.stored(PODS, name, namespace)
@@ -150,6 +152,7 @@ async def running_stack(
         allocatable=allocatable,
     )
     stack = Stack(server, runtime, files, status, sync_loop, prober)
+    stack.workers, stack.podsync = workers, podsync
     for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))
     try:
