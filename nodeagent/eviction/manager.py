@@ -17,6 +17,7 @@ events (eventfd), which cgroup v2 does not have; a poll is the v2 equivalent.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -99,7 +100,7 @@ class EvictionManager:
         self._last_observed: dict[str, float] = {}
         self._met: list[Threshold] = []
         self.last_observations: dict[str, policy.Observation] = {}
-        self.evicted: list[str] = []
+        self.evicted: deque[str] = deque(maxlen=64)  # the newest evictions' pod UIDs
 
     @property
     def name(self) -> str:

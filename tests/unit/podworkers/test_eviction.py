@@ -133,7 +133,7 @@ async def test_memory_pressure_evicts_the_hog_and_spares_the_high_priority_pod(
     task = asyncio.create_task(m.run())
     try:
         await asyncio.sleep(1)
-        assert m.conditions == [] and m.evicted == []
+        assert m.conditions == [] and not m.evicted
         node.available = 80 * Mi  # the notifier notices within a second, not at the next tick
         await until(lambda: m.conditions == ["MemoryPressure"], within=2)
         final = await until(
@@ -160,7 +160,7 @@ async def test_memory_pressure_evicts_the_hog_and_spares_the_high_priority_pod(
         assert m.conditions == ["MemoryPressure"]
         await until(lambda: m.conditions == [], within=40)
         assert status(stack, "vip").get("phase") == "Running"
-        assert m.evicted == [hog["metadata"]["uid"]]
+        assert list(m.evicted) == [hog["metadata"]["uid"]]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
