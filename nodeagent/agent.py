@@ -264,6 +264,7 @@ def node_stats(
         fs_path=config.node.root_dir,
         cgroups=sampler,
         image_fs=pods.connection.image_fs_info,
+        pod_logs_dir=config.kubelet.pod_logs_dir,
     )
     return stats, sampler
 

@@ -145,3 +145,27 @@ def read_node_sample(fs_path: str, proc: str = "/proc") -> NodeSample:
     except (OSError, ValueError):
         max_pid = processes = None
     return dataclasses.replace(sample, max_pid=max_pid, processes=processes)
+
+
+def dir_usage(path: str) -> tuple[int, int] | None:
+    """Bytes and inodes used by the files below ``path`` (a container's log directory, a few
+    files: no mount crossing, no symlinks followed); None when it does not exist."""
+    used = inodes = 0
+    pending = [path]
+    found = False
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as it:
+                found = True
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    inodes += 1
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue
+    return (used, inodes) if found else None

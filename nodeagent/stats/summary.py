@@ -24,7 +24,7 @@ from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
 from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
 from nodeagent.stats.housekeeping import CgroupStats
-from nodeagent.stats.node import NodeSample, fs_sample, read_node_sample
+from nodeagent.stats.node import FsSample, NodeSample, dir_usage, fs_sample, read_node_sample
 
 Json = dict[str, Any]
 FIRST_SAMPLE_GAP: Final = 0.1
@@ -185,11 +185,13 @@ class StatsProvider:
         cgroups: CgroupStats | None = None,
         image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
         max_sample_age: float = 2.0,
+        pod_logs_dir: str | None = None,
     ) -> None:
         """``cgroups``: the cgroup v2 sampler (pods' and containers' CPU, memory, IO, pids
         and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
         intervals' worth of seconds); without it, or on cgroup v1, CRI stats only."""
         self._cgroups = cgroups
+        self._pod_logs_dir = pod_logs_dir
         self._image_fs = image_fs
         self._max_sample_age = max_sample_age
         self._runtime = runtime
@@ -255,6 +257,7 @@ class StatsProvider:
                 start=rfc3339(from_ns(sb.created_at)),
                 containers=[],
             )
+        log_dirs: list[tuple[Json, str]] = []
         for stats in await self._runtime.list_container_stats():
             c = containers.get(stats.attributes.id)
             if c is None or c.pod_sandbox_id not in pods:
@@ -278,17 +281,18 @@ class StatsProvider:
                     "inodesUsed": stats.writable_layer.inodes_used.value,
                 }
             pods[c.pod_sandbox_id].containers.append(entry)
-        try:
-            for ps in await self._runtime.list_pod_sandbox_stats():
-                pod = pods.get(ps.attributes.id)
-                if pod is None or not ps.HasField("linux"):
-                    continue
-                if ps.linux.HasField("cpu"):
-                    pod.cpu = cpu_json(ps.linux.cpu, time=now, rate=self._rate(ps.attributes.id))
-                if ps.linux.HasField("memory"):
-                    pod.memory = memory_json(ps.linux.memory, time=now)
-        except CriUnimplemented:
-            pass
+            if self._pod_logs_dir is not None:
+                sb_meta = sandboxes[c.pod_sandbox_id].metadata
+                log_dirs.append(
+                    (
+                        entry,
+                        f"{self._pod_logs_dir}/{sb_meta.namespace}_{sb_meta.name}_{sb_meta.uid}/"
+                        f"{entry['name']}",
+                    )
+                )
+        if log_dirs:
+            await _add_logs(log_dirs, sample.fs, time=now)
+        await self._pod_level(pods, now)
         if tree is not None:
             for sb_id, pod in pods.items():
                 uid = sandboxes[sb_id].metadata.uid
@@ -305,6 +309,20 @@ class StatsProvider:
         if tree is not None:
             _add_cgroup_node(node, tree, cgroups=self._cgroups, time=now)
         return {"node": node, "pods": [_pod_json(p, now) for p in pods.values()]}
+
+    async def _pod_level(self, pods: dict[str, _Pod], now: str) -> None:
+        """The runtime's pod-level CPU and memory (``ListPodSandboxStats``), where it has them."""
+        try:
+            for ps in await self._runtime.list_pod_sandbox_stats():
+                pod = pods.get(ps.attributes.id)
+                if pod is None or not ps.HasField("linux"):
+                    continue
+                if ps.linux.HasField("cpu"):
+                    pod.cpu = cpu_json(ps.linux.cpu, time=now, rate=self._rate(ps.attributes.id))
+                if ps.linux.HasField("memory"):
+                    pod.memory = memory_json(ps.linux.memory, time=now)
+        except CriUnimplemented:
+            pass
 
     async def cadvisor(self) -> str:
         """``/metrics/cadvisor`` from the newest cgroup sample (empty on cgroup v1)."""
@@ -380,6 +398,27 @@ def _pod_json(pod: _Pod, now: str) -> Json:
     return out
 
 
+async def _add_logs(log_dirs: list[tuple[Json, str]], fs: FsSample | None, *, time: str) -> None:
+    """Each container's ``logs``: what its log directory holds, on the node's file system."""
+    usages = await asyncio.to_thread(lambda: [dir_usage(d) for _, d in log_dirs])
+    for (entry, _), usage in zip(log_dirs, usages, strict=True):
+        if usage is not None:
+            entry["logs"] = _logs_json(usage, fs, time=time)
+
+
+def _logs_json(usage: tuple[int, int], fs: FsSample | None, *, time: str) -> Json:
+    out: Json = {"time": time}
+    if fs is not None:
+        out.update(
+            availableBytes=fs.available,
+            capacityBytes=fs.capacity,
+            inodesFree=fs.inodes_free,
+            inodes=fs.inodes,
+        )
+    out["usedBytes"], out["inodesUsed"] = usage
+    return out
+
+
 def _apply_cgroup(entry: Json, cg: CgroupSample, *, cores: int | None, time: str) -> None:
     """A pod's or container's figures from its cgroup (over CRI's where both exist)."""
     if (cpu := cgroup_cpu_json(cg, time=time, cores=cores)) is not None:
@@ -420,6 +459,7 @@ def host_stats_provider(
     fs_path: str,
     cgroups: CgroupStats | None = None,
     image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
+    pod_logs_dir: str | None = None,
 ) -> StatsProvider:
     """A provider over this host's ``/proc``, the file system holding ``fs_path`` and, on
     cgroup v2, the pods' cgroups through ``cgroups``."""
@@ -436,4 +476,5 @@ def host_stats_provider(
         cgroups=cgroups,
         image_fs=image_fs,
         max_sample_age=max_age,
+        pod_logs_dir=pod_logs_dir,
     )

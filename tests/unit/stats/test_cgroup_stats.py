@@ -7,6 +7,8 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from nodeagent.clock import FrozenClock
 from nodeagent.kuberuntime import types as cri
@@ -20,6 +22,7 @@ from nodeagent.stats.cgroup import (
     sample_tree,
 )
 from nodeagent.stats.housekeeping import CgroupStats
+from nodeagent.stats.http import STATS, routes
 from nodeagent.stats.node import FsSample, NodeSample, processes_from_loadavg
 from nodeagent.stats.summary import StatsProvider
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -209,7 +212,11 @@ async def provider_over(tmp_path: Path) -> tuple[StatsProvider, CgroupStats, Pat
         cgroups=sampler,
         image_fs=runtime.image_fs_info,
         max_sample_age=20.0,
+        pod_logs_dir=str(tmp_path / "pods"),
     )
+    logs = tmp_path / "pods" / f"default_hog_{UID}" / "cpu"
+    logs.mkdir(parents=True)
+    (logs / "0.log").write_bytes(b"x" * 10_000)
     await sampler.housekeeping()
     clock.advance(10)
     (ctr / "cpu.stat").write_text("usage_usec 9000000\nnr_periods 200\nnr_throttled 150\n")
@@ -248,6 +255,9 @@ async def test_summary_has_psi_from_the_cgroups(tmp_path: Path) -> None:
     assert container["cpu"]["usageCoreNanoSeconds"] == 9_000_000_000
     assert container["memory"]["availableBytes"] == 0  # working set above memory.max
     assert container["memory"]["psi"]["some"]["total"] == 9_000_000
+    assert container["logs"]["usedBytes"] >= 10_000
+    assert container["logs"]["inodesUsed"] == 1
+    assert container["logs"]["capacityBytes"] == 100
 
 
 async def test_cadvisor_metrics_names_and_labels(tmp_path: Path) -> None:
@@ -284,3 +294,16 @@ async def test_cgroup_v1_host_keeps_to_cri(tmp_path: Path) -> None:
     assert "psi" not in summary["node"]["cpu"]
     assert "io" not in summary["pods"][0]
     assert await provider.cadvisor() == ""
+
+
+async def test_cadvisor_over_http(tmp_path: Path) -> None:
+    provider, _, _, _ = await provider_over(tmp_path)
+    app = web.Application()
+    app.add_routes(routes)
+    app[STATS] = provider
+    async with TestClient(TestServer(app)) as client:
+        r = await client.get("/metrics/cadvisor")
+        assert r.status == 200
+        assert r.content_type == "text/plain"
+        text = await r.text()
+    assert "# TYPE container_pressure_memory_stalled_seconds_total counter" in text
