@@ -301,7 +301,7 @@ def eviction_manager(
     )
 
     async def delete_unused_containers() -> None:
-        await pods.gc.containers.garbage_collect()
+        await pods.gc.containers.garbage_collect(terminated=pods.terminated)
 
     async def delete_unused_images() -> None:
         if isinstance(pods.gc.images, ImageGC):

@@ -115,6 +115,11 @@ class PodManagers:
         assert self.workers is not None
         return self.workers.stage(uid) in (None, Stage.TERMINATED)
 
+    def terminated(self, uid: str) -> bool:
+        """The pod's containers were stopped for good (it finished or was evicted), though
+        the pod may still be in the API."""
+        return self.workers is not None and self.workers.stage(uid) is Stage.TERMINATED
+
     def active_pods(self) -> list[Pod]:
         return self.workers.active_pods() if self.workers is not None else []
 

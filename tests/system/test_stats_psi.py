@@ -2,8 +2,10 @@
 ``nodeagent stats summary`` and ``nodeagent stats cadvisor`` on the node.
 
 A pod spinning under ``limits.cpu: 50m`` (``cpu.max`` 5000 100000) is throttled, so its
-cgroup's ``cpu.pressure`` grows; a pod keeping a 60 MB string alive under a 40 MiB memory
-limit (the rest in the guest's swap file) stalls on memory. The Summary's PSI must be
+cgroup's ``cpu.pressure`` grows; a pod reading a 120 MB file over and over under a 40 MiB
+memory limit reclaims its own page cache at ``memory.max`` all the time, which PSI counts as
+memory stall (anon memory past the limit would only be OOM-killed: containerd gives
+containers no swap). The Summary's PSI must be
 non-zero and agree with the cgroup files read around it: the cumulative ``total`` the CLI
 printed lies between the file's value read just before and just after.
 """
@@ -83,7 +85,8 @@ def test_cpu_and_memory_pressure_of_pods_in_the_summary(
             command=[
                 "sh",
                 "-c",
-                'x=$(head -c 60000000 /dev/zero | tr "\\0" a); while :; do y=${#x}; done',
+                "dd if=/dev/zero of=/big bs=1M count=120 2>/dev/null; "
+                "while :; do cat /big > /dev/null; done",
             ],
             resources={"limits": {"cpu": "500m", "memory": "40Mi"}},
         ),
