@@ -26,6 +26,7 @@ from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink, pod_reference
 from nodeagent.eviction import policy
 from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
+from nodeagent.kuberuntime import CriError
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, termination_grace_period
 
@@ -144,6 +145,9 @@ class EvictionManager:
             while True:
                 try:
                     evicted = await self.synchronize()
+                except CriError as e:  # the runtime is down or starting: the next pass retries
+                    self._log.error("Eviction manager: failed to get summary stats", error=str(e))
+                    evicted = None
                 except Exception as e:  # one bad pass must not stop eviction
                     self._log.exception("Eviction manager: failed to synchronize", error=str(e))
                     evicted = None
