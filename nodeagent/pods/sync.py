@@ -299,6 +299,10 @@ class PodSync:
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
         self._probes.stop_liveness_and_startup(pod)
         state = await self._runtime.pod_state(pod.uid)
+        if pod.uid in self._final:
+            # the kubelet's SyncTerminatingPod: the imposed status (Failed, Evicted) goes out
+            # before the containers are killed, so it survives an agent that dies meanwhile
+            self._report(pod, state, terminal=False)
         running = [c.name for c in state.containers if c.state is ContainerState.RUNNING]
         if running:
             self._log.info(

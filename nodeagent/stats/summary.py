@@ -20,6 +20,7 @@ from nodeagent.clock import Clock
 from nodeagent.kuberuntime import CriError, CriUnimplemented, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
+from nodeagent.log import get_logger
 from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
 from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
@@ -191,6 +192,7 @@ class StatsProvider:
         and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
         intervals' worth of seconds); without it, or on cgroup v1, CRI stats only."""
         self._cgroups = cgroups
+        self._log = get_logger("stats")
         self._pod_logs_dir = pod_logs_dir
         self._image_fs = image_fs
         self._max_sample_age = max_sample_age
@@ -258,23 +260,26 @@ class StatsProvider:
                 containers=[],
             )
         log_dirs: list[tuple[Json, str]] = []
-        for stats in await self._runtime.list_container_stats():
-            c = containers.get(stats.attributes.id)
-            if c is None or c.pod_sandbox_id not in pods:
+        listed_stats = await self._container_stats(cgroups=tree is not None)
+        for c in containers.values():
+            if c.pod_sandbox_id not in pods:
+                continue
+            stats = listed_stats.get(c.id)
+            if stats is None and tree is None:
                 continue
             entry: Json = {
                 "name": c.labels.get(CONTAINER_NAME) or c.metadata.name,
                 "startTime": rfc3339(from_ns(c.created_at)),
             }
-            if stats.HasField("cpu") and (
-                cpu := cpu_json(stats.cpu, time=now, rate=self._rate(c.id))
-            ):
-                entry["cpu"] = cpu
-            if stats.HasField("memory") and (mem := memory_json(stats.memory, time=now)):
-                entry["memory"] = mem
+            if stats is not None:
+                _apply_cri(entry, stats, time=now, rate=self._rate(c.id))
             if tree is not None and (cg := tree.containers.get(c.id)) is not None:
                 _apply_cgroup(entry, cg, cores=self._cgroup_rate("c", c.id), time=now)
-            if stats.HasField("writable_layer") and stats.writable_layer.HasField("used_bytes"):
+            if (
+                stats is not None
+                and stats.HasField("writable_layer")
+                and stats.writable_layer.HasField("used_bytes")
+            ):
                 entry["rootfs"] = {
                     "time": now,
                     "usedBytes": stats.writable_layer.used_bytes.value,
@@ -310,6 +315,17 @@ class StatsProvider:
             _add_cgroup_node(node, tree, cgroups=self._cgroups, time=now)
         return {"node": node, "pods": [_pod_json(p, now) for p in pods.values()]}
 
+    async def _container_stats(self, *, cgroups: bool) -> dict[str, cri.ContainerStats]:
+        try:
+            return {s.attributes.id: s for s in await self._runtime.list_container_stats()}
+        except CriError as e:
+            # containerd fails the whole call when one container's metrics cannot be read (a
+            # task that died with its cgroup); with the cgroups sampled the rest still stands
+            if not cgroups:
+                raise
+            self._log.warning("ListContainerStats failed; using the cgroups", error=str(e))
+            return {}
+
     async def _pod_level(self, pods: dict[str, _Pod], now: str) -> None:
         """The runtime's pod-level CPU and memory (``ListPodSandboxStats``), where it has them."""
         try:
@@ -323,6 +339,10 @@ class StatsProvider:
                     pod.memory = memory_json(ps.linux.memory, time=now)
         except CriUnimplemented:
             pass
+        except CriError as e:  # one sandbox whose metrics cannot be read fails the whole call
+            self._log.warning(
+                "ListPodSandboxStats failed; pods from their containers", error=str(e)
+            )
 
     async def cadvisor(self) -> str:
         """``/metrics/cadvisor`` from the newest cgroup sample (empty on cgroup v1)."""
@@ -417,6 +437,15 @@ def _logs_json(usage: tuple[int, int], fs: FsSample | None, *, time: str) -> Jso
         )
     out["usedBytes"], out["inodesUsed"] = usage
     return out
+
+
+def _apply_cri(
+    entry: Json, stats: cri.ContainerStats, *, time: str, rate: Callable[[int, int], int | None]
+) -> None:
+    if stats.HasField("cpu") and (cpu := cpu_json(stats.cpu, time=time, rate=rate)):
+        entry["cpu"] = cpu
+    if stats.HasField("memory") and (mem := memory_json(stats.memory, time=time)):
+        entry["memory"] = mem
 
 
 def _apply_cgroup(entry: Json, cg: CgroupSample, *, cores: int | None, time: str) -> None:

@@ -5,7 +5,7 @@ The module runs the guest's agent with eviction settings that make pressure quic
 starts, a 30 s ``evictionPressureTransitionPeriod`` and a 1 s ``imageMinimumGCAge``; the
 packaged configuration is put back afterwards.
 
-- memory: a BestEffort pod grows a ~900 MB string; a higher-priority pod also runs. The hog is
+- memory: a BestEffort pod grows by 40 MB a second towards 1.2 GB; a higher-priority pod also runs. The hog is
   evicted with the kubelet's status (Failed, ``Evicted``, its message, ``DisruptionTarget``
   ``TerminationByKubelet``) and ``Evicted`` Event; the Node's MemoryPressure turns True
   (``KubeletHasInsufficientMemory``) and back False after the transition period; the
@@ -42,6 +42,13 @@ TEST_CONFIG = "/root/config.yaml.eviction-test"
 FILLER = "localhost/evict-filler:1"
 HIGH = "evict-test-high"
 TRANSITION_S = 30
+# 40 MB more every second, each in a variable of its own: one string grown to 900 MB would
+# double in a single realloc and swamp the guest faster than any agent can react
+GROW = (
+    "i=0; while [ $i -lt 30 ]; do "
+    "eval \"v$i=\\$(head -c 40000000 /dev/zero | tr '\\\\0' h)\"; "
+    "i=$((i+1)); sleep 1; done; sleep 3600"
+)
 
 
 def _apply(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
@@ -159,7 +166,7 @@ def test_memory_pressure_evicts_the_hog_and_spares_the_high_priority_pod(
         control_plane,
         pod_manifest(
             hog,
-            command=["sh", "-c", 'x=$(head -c 900000000 /dev/zero | tr "\\0" h); sleep 3600'],
+            command=["sh", "-c", GROW],
         ),
     )
     pod = wait_pod(control_plane, hog, lambda p: _phase(p) == "Failed", what="evicted", timeout=300)
