@@ -6,8 +6,8 @@ starts, a 30 s ``evictionPressureTransitionPeriod`` and a 1 s ``imageMinimumGCAg
 packaged configuration is put back afterwards.
 
 - memory: a BestEffort pod grows by 40 MB a second towards 1.2 GB; a higher-priority pod
-  also runs. The hog is evicted with the kubelet's status (Failed, ``Evicted``, its message, ``DisruptionTarget``
-  ``TerminationByKubelet``) and ``Evicted`` Event; the Node's MemoryPressure turns True
+  also runs. The hog is evicted with the kubelet's status (Failed, ``Evicted``, its message,
+  ``DisruptionTarget`` ``TerminationByKubelet``) and ``Evicted`` Event; the Node's MemoryPressure turns True
   (``KubeletHasInsufficientMemory``) and back False after the transition period; the
   high-priority pod keeps running.
 - disk: an unused image is in the guest's containerd; a pod writes past the nodefs threshold.
