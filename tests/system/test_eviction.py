@@ -7,9 +7,9 @@ packaged configuration is put back afterwards.
 
 - memory: a BestEffort pod grows by 40 MB a second towards 1.2 GB; a higher-priority pod
   also runs. The hog is evicted with the kubelet's status (Failed, ``Evicted``, its message,
-  ``DisruptionTarget`` ``TerminationByKubelet``) and ``Evicted`` Event; the Node's MemoryPressure turns True
-  (``KubeletHasInsufficientMemory``) and back False after the transition period; the
-  high-priority pod keeps running.
+  ``DisruptionTarget`` ``TerminationByKubelet``) and ``Evicted`` Event; the Node's
+  MemoryPressure turns True (``KubeletHasInsufficientMemory``) and back False after the
+  transition period; the high-priority pod keeps running.
 - disk: an unused image is in the guest's containerd; a pod writes past the nodefs threshold.
   The image is removed first (node-level reclaim), then the writer is evicted and the Node shows
   DiskPressure.
