@@ -121,7 +121,6 @@ METRICS: Final[tuple[tuple[str, str, str, Getter], ...]] = (
         "Size of memory mapped files in bytes.",
         _mem("file_mapped"),
     ),
-    ("container_memory_swap", "gauge", "Container swap usage in bytes.", _mem("swap")),
     (
         "container_spec_memory_limit_bytes",
         "gauge",

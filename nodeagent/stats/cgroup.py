@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -67,13 +68,22 @@ class CgroupSample:
         return max(self.memory_current - self.memory.get("inactive_file", 0), 0)
 
 
-def parse_flat_keyed(text: str) -> dict[str, int]:
-    """``cpu.stat`` / ``memory.stat``: ``key value`` lines."""
+#: The ``memory.stat`` keys the Summary and /metrics/cadvisor use (of ~50): keeping only these
+#: makes a kept sample of 440 cgroups several MiB smaller.
+MEMORY_STAT_KEYS: Final = frozenset(
+    {"anon", "file", "inactive_file", "file_mapped", "pgfault", "pgmajfault", "swapcached"}
+)
+
+
+def parse_flat_keyed(text: str, keep: frozenset[str] | None = None) -> dict[str, int]:
+    """``cpu.stat`` / ``memory.stat``: ``key value`` lines (only ``keep``'s keys if given)."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(" ")
+        if keep is not None and key not in keep:
+            continue
         try:
-            out[key] = int(value)
+            out[sys.intern(key)] = int(value)
         except ValueError:
             continue
     return out
@@ -142,7 +152,7 @@ def read_cgroup(path: str) -> CgroupSample:
         cpu=parse_flat_keyed(cpu) if cpu is not None else {},
         memory_current=int(mem_cur) if mem_cur and mem_cur.strip().isdigit() else None,
         memory_max=_max(mem_max) if mem_max is not None else None,
-        memory=parse_flat_keyed(mem) if mem is not None else {},
+        memory=parse_flat_keyed(mem, MEMORY_STAT_KEYS) if mem is not None else {},
         io=parse_io_stat(io) if io is not None else {},
         pids_current=int(pids) if pids and pids.strip().isdigit() else None,
         pids_max=_max(pids_max) if pids_max is not None else None,
