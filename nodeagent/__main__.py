@@ -18,6 +18,7 @@ from nodeagent.errors import ConfigError
 from nodeagent.nodeshutdown import cli as shutdown_cli
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
+from nodeagent.stats import cli as stats_cli
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     status_cli.register(sub)
     proxy_cli.register(sub)
     shutdown_cli.register(sub)
+    stats_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)

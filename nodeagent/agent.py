@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
-from nodeagent import __version__, hostinfo, kuberuntime
+from nodeagent import __version__, cgroups, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
@@ -29,6 +29,16 @@ from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
 from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
+from nodeagent.eviction import EvictionManager, parse_thresholds
+from nodeagent.eviction.thresholds import (
+    CONTAINERFS_AVAILABLE,
+    CONTAINERFS_INODES_FREE,
+    IMAGEFS_AVAILABLE,
+    IMAGEFS_INODES_FREE,
+    NODEFS_AVAILABLE,
+    NODEFS_INODES_FREE,
+)
+from nodeagent.gc import ImageGC
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
@@ -38,16 +48,20 @@ from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
-from nodeagent.nodestatus.setters import RuntimeStatus
+from nodeagent.nodestatus.setters import Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
+from nodeagent.quantity import value as quantity_value
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
-from nodeagent.stats.summary import host_stats_provider
+from nodeagent.stats.housekeeping import CgroupStats
+from nodeagent.stats.node import meminfo
+from nodeagent.stats.summary import StatsProvider, host_stats_provider
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -236,8 +250,9 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
             + " need an API server",
         )
         return [*pods.managers, shutdown, logs]
-    server = _kubelet_api(config, node, api=None, clock=clock, pods=pods)
-    return [*pods.managers, shutdown, logs, server]
+    stats, sampler = node_stats(config, pods=pods, clock=clock, node_name=node.node_name)
+    server = _kubelet_api(config, node, api=None, clock=clock, pods=pods, stats=stats)
+    return [*pods.managers, shutdown, sampler, logs, server]
 
 
 def _shutdown_manager(
@@ -267,6 +282,116 @@ def _shutdown_manager(
     )
 
 
+def node_stats(
+    config: Config, *, pods: PodManagers, clock: Clock, node_name: str
+) -> tuple[StatsProvider, CgroupStats]:
+    """The Summary provider and, on a cgroup v2 host, the cgroup sampler behind it."""
+    try:
+        v2 = cgroups.host_cgroup_fs() == "cgroup2"
+    except OSError:
+        v2 = False
+    sampler = CgroupStats(
+        clock=clock, enabled=v2, interval=config.kubelet.housekeeping_interval.seconds
+    )
+    stats = host_stats_provider(
+        runtime=pods.connection,
+        clock=clock,
+        node_name=node_name,
+        fs_path=config.node.root_dir,
+        cgroups=sampler,
+        image_fs=pods.connection.image_fs_info,
+        pod_logs_dir=config.kubelet.pod_logs_dir,
+    )
+    return stats, sampler
+
+
+def _memory_available() -> int | None:
+    """``memory.available`` as the summary computes it (MemFree + Inactive(file)), from one
+    read of ``/proc/meminfo`` (procfs never blocks; about 20 µs)."""
+    try:
+        with open("/proc/meminfo") as f:
+            mem = meminfo(f.read())
+    except OSError:
+        return None
+    return mem.get("MemFree", 0) + mem.get("Inactive(file)", 0)
+
+
+def eviction_manager(
+    config: Config,
+    *,
+    pods: PodManagers,
+    stats: StatsProvider,
+    clock: Clock,
+    events: EventRecorder,
+    get_node: Callable[[], Mapping[str, Any] | None],
+    on_change: Callable[[], None],
+) -> EvictionManager:
+    """The eviction manager over the summary, the pod workers and GC; its admit handler is
+    installed in the pod sync loop."""
+    k = config.kubelet
+    thresholds = parse_thresholds(
+        hard=k.eviction_hard,
+        soft=k.eviction_soft,
+        soft_grace={s: d.seconds for s, d in k.eviction_soft_grace_period.items()},
+        min_reclaim=k.eviction_minimum_reclaim,
+    )
+
+    async def delete_unused_containers() -> None:
+        await pods.gc.containers.garbage_collect(terminated=pods.terminated)
+
+    async def delete_unused_images() -> None:
+        if isinstance(pods.gc.images, ImageGC):
+            await pods.gc.images.delete_unused_images()
+
+    disk = [delete_unused_containers, delete_unused_images]
+    reclaim = dict.fromkeys(
+        (
+            NODEFS_AVAILABLE,
+            NODEFS_INODES_FREE,
+            IMAGEFS_AVAILABLE,
+            IMAGEFS_INODES_FREE,
+            CONTAINERFS_AVAILABLE,
+            CONTAINERFS_INODES_FREE,
+        ),
+        disk,
+    )
+
+    def allocatable_memory() -> int | None:
+        node = get_node() or {}
+        raw = ((node.get("status") or {}).get("allocatable") or {}).get("memory")
+        try:
+            return quantity_value(raw) if raw is not None else None
+        except (ValueError, ArithmeticError):
+            return None
+
+    async def memory_available() -> int | None:
+        return _memory_available()
+
+    manager = EvictionManager(
+        thresholds=thresholds,
+        transition_period=k.eviction_pressure_transition_period.seconds,
+        max_pod_grace_period=k.eviction_max_pod_grace_period,
+        summary=stats.summary,
+        active_pods=pods.active_pods,
+        terminator=pods,
+        clock=clock,
+        pod_cleaned_up=pods.cleaned_up,
+        reclaim=reclaim,
+        allocatable_memory=allocatable_memory,
+        memory_available=memory_available,
+        node_events=events,
+        pod_events=events,
+        on_change=on_change,
+    )
+
+    def admit(pod: Pod) -> AdmitResult | None:
+        refusal = manager.admit(pod)
+        return None if refusal is None else AdmitResult(False, refusal.reason, refusal.message)
+
+    pods.sync_loop.admit_handlers.append(admit)
+    return manager
+
+
 def _kubelet_api(
     config: Config,
     node: NodeSettings,
@@ -275,6 +400,7 @@ def _kubelet_api(
     clock: Clock,
     pods: PodManagers,
     get_node: Callable[[], dict[str, Any] | None] = lambda: None,
+    stats: StatsProvider | None = None,
 ) -> Manager:
     """The kubelet API server on ``port`` with its extensions (logs, stats, node logs)."""
     return server_manager(
@@ -286,20 +412,26 @@ def _kubelet_api(
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         pki_dir=node.pki_dir,
         pods=pods,
-        extensions=_api_extensions(config, pods=pods, clock=clock, node_name=node.node_name),
+        extensions=_api_extensions(
+            config, pods=pods, clock=clock, node_name=node.node_name, stats=stats
+        ),
         get_node=get_node,
     )
 
 
 def _api_extensions(
-    config: Config, *, pods: PodManagers, clock: Clock, node_name: str
+    config: Config,
+    *,
+    pods: PodManagers,
+    clock: Clock,
+    node_name: str,
+    stats: StatsProvider | None = None,
 ) -> list[Extension]:
     """What the kubelet API serves besides the server's own endpoints: container logs, the
     stats (``/stats/summary``, ``/metrics/resource``) and the node's logs (``/logs/``)."""
     logs = ContainerLogs(runtime=pods.connection, pods=pods.pod, clock=clock)
-    stats = host_stats_provider(
-        runtime=pods.connection, clock=clock, node_name=node_name, fs_path=config.node.root_dir
-    )
+    if stats is None:
+        stats = node_stats(config, pods=pods, clock=clock, node_name=node_name)[0]
 
     def install_logs(app: web.Application) -> None:
         app[logs_http.LOGS] = logs
@@ -378,6 +510,11 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
             ),
             images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
             other_errors=lambda: shutdown.errors(),  # noqa: PLW0108 - shutdown is built below
+            pressure=lambda: Pressure(
+                memory=eviction.under_memory_pressure(),
+                disk=eviction.under_disk_pressure(),
+                pid=eviction.under_pid_pressure(),
+            ),
         ),
         on_repeated_failure=api.reset_connections,
         on_reported=report.status_reported,
@@ -413,6 +550,16 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
+    stats, sampler = node_stats(config, pods=pods, clock=clock, node_name=node.node_name)
+    eviction = eviction_manager(
+        config,
+        pods=pods,
+        stats=stats,
+        clock=clock,
+        events=events,
+        get_node=lambda: node_cache.get(node.node_name),
+        on_change=status.poke,
+    )
     server = _kubelet_api(
         config,
         node,
@@ -420,11 +567,14 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         clock=clock,
         pods=pods,
         get_node=lambda: node_cache.get(node.node_name),
+        stats=stats,
     )
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
         shutdown,
+        sampler,
+        eviction,
         logs,
         server,
         *proxy,

@@ -253,9 +253,37 @@ class KubeletConfiguration(Section, frozen=True):
         dict[str, str],
         doc("Hard eviction thresholds: signal to quantity or percentage. Replaces the defaults."),
     ] = field(default_factory=lambda: dict(DEFAULT_EVICTION_HARD))
+    eviction_soft: Annotated[
+        dict[str, str],
+        doc(
+            "Soft eviction thresholds: signal to quantity or percentage; each needs a grace period."
+        ),
+    ] = field(default_factory=dict)
+    eviction_soft_grace_period: Annotated[
+        dict[str, Duration],
+        doc("How long each soft threshold must hold before pods are evicted for it."),
+    ] = field(default_factory=dict)
+    eviction_max_pod_grace_period: Annotated[
+        int, doc("Longest grace period (s) a pod evicted for a soft threshold gets; 0 = its own.")
+    ] = 0
+    eviction_minimum_reclaim: Annotated[
+        dict[str, str],
+        doc("Per signal, how much beyond the threshold to reclaim before pressure ends."),
+    ] = field(default_factory=dict)
     eviction_pressure_transition_period: Annotated[
         Duration, doc("How long a pressure condition stays after the signal clears.")
     ] = dur("5m")
+    housekeeping_interval: Annotated[
+        Duration,
+        doc("How often cgroup stats (CPU, memory, IO, pids, PSI) are sampled (cAdvisor's 10s)."),
+    ] = dur("10s")
+    psi_contention_conditions: Annotated[
+        bool,
+        doc(
+            "Beyond the kubelet (KEP-5394): PSI-driven contention node conditions. Not "
+            "implemented: true is refused."
+        ),
+    ] = field(name="psiContentionConditions", default=False)
     fail_swap_on: Annotated[bool, doc("Refuse to start when swap is on.")] = True
     memory_swap: MemorySwapConfiguration = MemorySwapConfiguration()
     # --- graceful node shutdown -----------------------------------------------------------

@@ -221,19 +221,54 @@ def _resources(k: KubeletConfiguration, out: Findings) -> None:
                 )
             else:
                 _positive_quantity(out, path, amount, allow_zero=True)
-    for signal, threshold in k.eviction_hard.items():
-        path = entry(_p("evictionHard"), signal)
+    for name, table in (
+        ("evictionHard", k.eviction_hard),
+        ("evictionSoft", k.eviction_soft),
+        ("evictionMinimumReclaim", k.eviction_minimum_reclaim),
+    ):
+        for signal, threshold in table.items():
+            path = entry(_p(name), signal)
+            if signal not in EVICTION_SIGNALS:
+                out.add(
+                    path,
+                    f"{show(signal)} is not an eviction signal; use {one_of(EVICTION_SIGNALS)}",
+                    signal,
+                )
+            elif (pct := parse_percentage(threshold)) is not None:
+                if pct > 100:
+                    out.add(path, f"{show(threshold)} must be between 0% and 100%", threshold)
+            else:
+                _positive_quantity(out, path, threshold, allow_zero=True, percent=True)
+    for signal, grace in k.eviction_soft_grace_period.items():
+        path = entry(_p("evictionSoftGracePeriod"), signal)
         if signal not in EVICTION_SIGNALS:
             out.add(
                 path,
                 f"{show(signal)} is not an eviction signal; use {one_of(EVICTION_SIGNALS)}",
                 signal,
             )
-        elif (pct := parse_percentage(threshold)) is not None:
-            if pct > 100:
-                out.add(path, f"{show(threshold)} must be between 0% and 100%", threshold)
         else:
-            _positive_quantity(out, path, threshold, allow_zero=True, percent=True)
+            out.not_negative(path, grace)
+    for signal in k.eviction_soft:
+        if signal in EVICTION_SIGNALS and signal not in k.eviction_soft_grace_period:
+            out.add(
+                entry(_p("evictionSoftGracePeriod"), signal),
+                f"must be set: evictionSoft has a threshold for {show(signal)}",
+            )
+    if k.eviction_max_pod_grace_period < 0:
+        out.add(
+            _p("evictionMaxPodGracePeriod"),
+            f"{k.eviction_max_pod_grace_period} must not be negative",
+            k.eviction_max_pod_grace_period,
+        )
+    out.positive(_p("housekeepingInterval"), k.housekeeping_interval)
+    if k.psi_contention_conditions:
+        out.add(
+            _p("psiContentionConditions"),
+            "true is not supported yet: nodeagent does not implement the KEP-5394 PSI "
+            "contention conditions; leave it false",
+            True,
+        )
     _enforcement(k, out)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -124,12 +124,19 @@ class ContainerGC:
                     )
             await asyncio.sleep(self._period)
 
-    async def garbage_collect(self) -> ContainerGCResult:
+    async def garbage_collect(
+        self, *, terminated: Callable[[str], bool] | None = None
+    ) -> ContainerGCResult:
+        """One pass. ``terminated``: also remove everything of pods that finished but still
+        exist (the kubelet's ``evictNonDeletedPods``, what the eviction manager asks for under
+        disk pressure: an evicted pod's writable layer is what frees the disk)."""
         result = ContainerGCResult()
         exists = self._pods.pod_exists()
         ready = exists is not None
 
         def removable(uid: str) -> bool:
+            if terminated is not None and terminated(uid):
+                return True
             return exists is not None and not exists(uid)
 
         listed = await self._runtime.list_containers()

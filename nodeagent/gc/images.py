@@ -204,6 +204,28 @@ class ImageGC:
             raise ImageGCError(message)
         return result
 
+    async def delete_unused_images(self) -> ImageGCResult:
+        """Remove every image no container uses (older than the minimum age, not pinned),
+        whatever the thresholds: the eviction manager's node-level reclaim under disk pressure
+        (the kubelet's ``DeleteUnusedImages``)."""
+        result = ImageGCResult()
+        now = self._clock.now().timestamp()
+        listed = [listed_image(i) for i in await self._images.list_images()]
+        in_use = images_in_use(listed, await self._in_use_refs())
+        self._records = detect(self._records, listed, in_use=in_use, now=now)
+        candidates = eviction_order(self._records.values(), in_use=in_use)
+        errors = [
+            e
+            for r in space_candidates(candidates, now=now, min_age=self._policy.min_age)
+            if (e := await self._remove(r, result, "space"))
+        ]
+        if errors:
+            raise ImageGCError(
+                f"wanted to free all unused images, encountered errors in image deletion: "
+                f"{aggregate(errors)}"
+            )
+        return result
+
     async def _image_fs(self) -> tuple[int, int]:
         filesystems = (await self._images.image_fs_info()).image_filesystems
         if not filesystems:

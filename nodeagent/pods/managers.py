@@ -19,6 +19,7 @@ from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
 from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
@@ -26,9 +27,16 @@ from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, ApiEnvSource, HostResolvConf, PodSync
+from nodeagent.pods.sync import (
+    ALL_PODS,
+    ALL_SERVICES,
+    ApiEnvSource,
+    FinalStatus,
+    HostResolvConf,
+    PodSync,
+)
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
-from nodeagent.pods.workers import PodWorkers
+from nodeagent.pods.workers import PodWorkers, Stage
 from nodeagent.podspec import Pod
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.prober.grpchealth import grpc_checker
@@ -97,6 +105,19 @@ class PodManagers:
     podsync: PodSync
     services_cache: WatchCache | None = None
 
+    async def evict(self, pod: Pod, eviction: Eviction) -> None:
+        """The eviction manager's terminator (see :func:`evict_pod`)."""
+        evict_pod(self.podsync, self.workers, pod, eviction)
+
+    def cleaned_up(self, uid: str) -> bool:
+        """The pod's containers are stopped (its worker finished terminating, or is gone)."""
+        return self.workers.stage(uid) in (None, Stage.TERMINATED)
+
+    def terminated(self, uid: str) -> bool:
+        """The pod's containers were stopped for good (it finished or was evicted), though
+        the pod may still be in the API."""
+        return self.workers.stage(uid) is Stage.TERMINATED
+
     def active_pods(self) -> list[Pod]:
         """Pods that run or may run (admitted, not terminating)."""
         return self.workers.active_pods()
@@ -133,6 +154,17 @@ class PodManagers:
             *mirrors,
             *self.gc.managers,
         ]
+
+
+def evict_pod(podsync: PodSync, workers: PodWorkers, pod: Pod, eviction: Eviction) -> None:
+    """The pod's status becomes Failed with the eviction's reason, message and
+    ``DisruptionTarget`` condition, and its containers are killed with the eviction's grace
+    period (the kubelet's ``TerminatePodAbnormally`` through the pod workers)."""
+    podsync.set_final_status(
+        pod.uid,
+        FinalStatus(reason=eviction.reason, message=eviction.message, condition=eviction.condition),
+    )
+    workers.terminate(pod.uid, eviction.grace_period)
 
 
 def pod_managers(

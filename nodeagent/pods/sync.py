@@ -162,6 +162,28 @@ class HostResolvConf:
         return self._value
 
 
+@dataclass(frozen=True, slots=True)
+class FinalStatus:
+    """A status the agent imposes on a pod it stops (eviction): phase Failed, this reason
+    and message, and ``condition`` (``DisruptionTarget``) kept among the conditions."""
+
+    reason: str
+    message: str
+    condition: Mapping[str, str] | None = None
+
+    def apply(self, status: dict[str, Any]) -> dict[str, Any]:
+        out = {**status, "phase": "Failed", "reason": self.reason, "message": self.message}
+        if self.condition is not None:
+            kind = self.condition["type"]
+            kept = [c for c in status.get("conditions") or [] if c.get("type") != kind]
+            old = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+            cond = dict(self.condition)
+            if old is not None and old.get("status") == cond.get("status"):
+                cond["lastTransitionTime"] = old.get("lastTransitionTime", "")
+            out["conditions"] = [cond, *kept]
+        return out
+
+
 def rfc3339(clock: Clock) -> str:
     return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -195,11 +217,17 @@ class PodSync:
         self._log = log or get_logger("podsync")
         self._reasons: dict[str, dict[str, ContainerFailure]] = {}
         self._status_overrides: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self._final: dict[str, FinalStatus] = {}
 
     def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
         ``PodStatusFunc`` of a kill: node shutdown's reason and ``DisruptionTarget``)."""
         self._status_overrides[uid] = mutate
+
+    def set_final_status(self, uid: str, final: FinalStatus) -> None:
+        """From now on the pod's status is Failed with ``final``'s reason, message and
+        condition (an eviction: the kubelet's ``TerminatePodAbnormally`` status function)."""
+        self._final[uid] = final
 
     def _report(self, pod: Pod, state: PodRuntimeState, *, terminal: bool) -> dict[str, Any]:
         previous = self._status.last_status(pod.uid) or pod.status
@@ -217,6 +245,9 @@ class PodSync:
         mutate = self._status_overrides.get(pod.uid)
         if mutate is not None:
             status = mutate(status)
+        final = self._final.get(pod.uid)
+        if final is not None:
+            status = final.apply(status)
         self._status.set_status(pod, status)
         return status
 
@@ -277,6 +308,10 @@ class PodSync:
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
         self._probes.stop_liveness_and_startup(pod)
         state = await self._runtime.pod_state(pod.uid)
+        if pod.uid in self._final:
+            # the kubelet's SyncTerminatingPod: the imposed status (Failed, Evicted) goes out
+            # before the containers are killed, so it survives an agent that dies meanwhile
+            self._report(pod, state, terminal=False)
         running = [c.name for c in state.containers if c.state is ContainerState.RUNNING]
         if running:
             self._log.info(
@@ -306,6 +341,7 @@ class PodSync:
         self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status_overrides.pop(pod.uid, None)
+        self._final.pop(pod.uid, None)
         self._status.forget(pod.uid)
 
     async def remove_runtime_pod(self, uid: str) -> None:

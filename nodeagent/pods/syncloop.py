@@ -187,6 +187,9 @@ class SyncLoop:
         self._successor_waits = False
         self._tg: asyncio.TaskGroup | None = None
         self.heartbeat: float | None = None
+        # extra admit handlers run before the resource fit (the eviction manager's): each
+        # returns None to admit, else a refusal with the kubelet's reason and message
+        self.admit_handlers: list[Callable[[Pod], AdmitResult | None]] = []
 
     @property
     def name(self) -> str:
@@ -314,9 +317,14 @@ class SyncLoop:
     def _admit(self, pod: Pod) -> bool:
         if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
             return True
+        result: AdmitResult | None = None
         if self._shutting_down():
             result = AdmitResult(False, SHUTDOWN_REASON, SHUTDOWN_MESSAGE)
         else:
+            for handler in self.admit_handlers:
+                if (result := handler(pod)) is not None:
+                    break
+        if result is None:
             allocatable = self._allocatable()
             if allocatable is None:
                 return True

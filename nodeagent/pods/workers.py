@@ -138,6 +138,18 @@ class PodWorkers:
         worker.wake.set()
         await worker.terminated.wait()
 
+    def terminate(self, uid: str, grace: int) -> bool:
+        """Stop a running pod with at most ``grace`` seconds (the eviction manager's kill; a
+        shorter grace in its spec is kept); False when the pod is unknown or already
+        terminating."""
+        worker = self._workers.get(uid)
+        if worker is None or worker.stage is not Stage.SYNCING:
+            return False
+        worker.stage = Stage.TERMINATING
+        worker.grace_override = grace
+        worker.wake.set()
+        return True
+
     def sync(self, uid: str) -> None:
         """Sync now (a PLEG event)."""
         worker = self._workers.get(uid)
@@ -193,6 +205,7 @@ class PodWorkers:
             worker.stage = Stage.TERMINATING
         if worker.stage is Stage.TERMINATING:
             try:
+                # Node shutdown and eviction cut the pod's own grace, never extend it.
                 grace = termination_grace_period(pod)
                 if worker.grace_override is not None:
                     grace = min(grace, worker.grace_override)

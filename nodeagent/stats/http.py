@@ -59,3 +59,12 @@ async def metrics_resource(request: web.Request) -> web.Response:
     now_ms = int(provider.clock.now().timestamp() * 1000)
     text = resource.render(summary, timestamp_ms=now_ms)
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+@routes.get("/metrics/cadvisor")
+async def metrics_cadvisor(request: web.Request) -> web.Response:
+    try:
+        text = await request.app[STATS].cadvisor()
+    except CriError as e:
+        return web.Response(status=500, text=f"Internal Error: {e}\n", content_type="text/plain")
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")

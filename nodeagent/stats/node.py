@@ -6,6 +6,7 @@ Parsing is pure (text in, numbers out); :func:`read_node_sample` is the I/O edge
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class NodeSample:
     major_page_faults: int
     fs: FsSample | None
     boot_time: float
+    max_pid: int | None = None
+    processes: int | None = None
 
     @property
     def memory_usage(self) -> int:
@@ -115,6 +118,16 @@ def node_sample_from(
     )
 
 
+def processes_from_loadavg(text: str) -> int | None:
+    """The number of tasks (``/proc/loadavg``'s ``running/total``), what ``sysinfo`` calls
+    ``procs`` and the kubelet's ``rlimit.curproc`` counts."""
+    fields = text.split()
+    if len(fields) >= 4 and "/" in fields[3]:
+        total = fields[3].split("/", 1)[1]
+        return int(total) if total.isdigit() else None
+    return None
+
+
 def read_node_sample(fs_path: str, proc: str = "/proc") -> NodeSample:
     """Blocking: read ``/proc`` and ``statvfs(fs_path)``."""
     with open(f"{proc}/stat") as f:
@@ -123,4 +136,36 @@ def read_node_sample(fs_path: str, proc: str = "/proc") -> NodeSample:
         mem = meminfo(f.read())
     with open(f"{proc}/vmstat") as f:
         vm = vmstat(f.read())
-    return node_sample_from(stat, mem, vm, fs_sample(fs_path))
+    sample = node_sample_from(stat, mem, vm, fs_sample(fs_path))
+    try:
+        with open(f"{proc}/sys/kernel/pid_max") as f:
+            max_pid: int | None = int(f.read())
+        with open(f"{proc}/loadavg") as f:
+            processes = processes_from_loadavg(f.read())
+    except (OSError, ValueError):
+        max_pid = processes = None
+    return dataclasses.replace(sample, max_pid=max_pid, processes=processes)
+
+
+def dir_usage(path: str) -> tuple[int, int] | None:
+    """Bytes and inodes used by the files below ``path`` (a container's log directory, a few
+    files: no mount crossing, no symlinks followed); None when it does not exist."""
+    used = inodes = 0
+    pending = [path]
+    found = False
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as it:
+                found = True
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    inodes += 1
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue
+    return (used, inodes) if found else None

@@ -17,10 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nodeagent.clock import Clock
-from nodeagent.kuberuntime import CriUnimplemented, RuntimeService
+from nodeagent.kuberuntime import CriError, CriUnimplemented, RuntimeService
 from nodeagent.kuberuntime import types as cri
-from nodeagent.kuberuntime.labels import CONTAINER_NAME
-from nodeagent.stats.node import NodeSample, read_node_sample
+from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
+from nodeagent.log import get_logger
+from nodeagent.stats.cadvisor import Owner
+from nodeagent.stats.cadvisor import render as render_cadvisor
+from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
+from nodeagent.stats.housekeeping import CgroupStats
+from nodeagent.stats.node import FsSample, NodeSample, dir_usage, fs_sample, read_node_sample
 
 Json = dict[str, Any]
 FIRST_SAMPLE_GAP: Final = 0.1
@@ -81,6 +86,52 @@ def memory_json(usage: cri.MemoryUsage, *, time: str) -> Json | None:
     return out
 
 
+def psi_json(psi: Psi) -> Json:
+    """The Summary API's ``psi`` (1.36): ``total`` is the kernel's cumulative stall time in
+    microseconds, passed through as cAdvisor does."""
+
+    def line(p: Any) -> Json:
+        return {"total": p.total, "avg10": p.avg10, "avg60": p.avg60, "avg300": p.avg300}
+
+    return {"full": line(psi.full), "some": line(psi.some)}
+
+
+def cgroup_cpu_json(cg: CgroupSample, *, time: str, cores: int | None) -> Json | None:
+    usage = cg.usage_ns
+    if usage is None:
+        return None
+    out: Json = {"time": time}
+    if cores is not None:
+        out["usageNanoCores"] = cores
+    out["usageCoreNanoSeconds"] = usage
+    if (psi := cg.psi.get("cpu")) is not None:
+        out["psi"] = psi_json(psi)
+    return out
+
+
+def cgroup_memory_json(cg: CgroupSample, *, time: str) -> Json | None:
+    working = cg.working_set
+    if working is None or cg.memory_current is None:
+        return None
+    out: Json = {"time": time}
+    if cg.memory_max is not None:
+        out["availableBytes"] = max(cg.memory_max - working, 0)
+    out["usageBytes"] = cg.memory_current
+    out["workingSetBytes"] = working
+    out["rssBytes"] = cg.memory.get("anon", 0)
+    out["pageFaults"] = cg.memory.get("pgfault", 0)
+    out["majorPageFaults"] = cg.memory.get("pgmajfault", 0)
+    if (psi := cg.psi.get("memory")) is not None:
+        out["psi"] = psi_json(psi)
+    return out
+
+
+def cgroup_io_json(cg: CgroupSample | None, psi: Psi | None, *, time: str) -> Json | None:
+    if psi is None:
+        return None
+    return {"time": time, "psi": psi_json(psi)}
+
+
 def node_json(node_name: str, sample: NodeSample, cores: int | None, *, time: str) -> Json:
     cpu: Json = {"time": time, "usageCoreNanoSeconds": sample.cpu_ns}
     if cores is not None:
@@ -120,6 +171,8 @@ class _Pod:
     containers: list[Json]
     cpu: Json | None = None
     memory: Json | None = None
+    cgroup: CgroupSample | None = None
+    cgroup_cores: int | None = None
 
 
 class StatsProvider:
@@ -130,7 +183,19 @@ class StatsProvider:
         clock: Clock,
         node_name: str,
         sample_node: Callable[[], Awaitable[NodeSample]],
+        cgroups: CgroupStats | None = None,
+        image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
+        max_sample_age: float = 2.0,
+        pod_logs_dir: str | None = None,
     ) -> None:
+        """``cgroups``: the cgroup v2 sampler (pods' and containers' CPU, memory, IO, pids
+        and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
+        intervals' worth of seconds); without it, or on cgroup v1, CRI stats only."""
+        self._cgroups = cgroups
+        self._log = get_logger("stats")
+        self._pod_logs_dir = pod_logs_dir
+        self._image_fs = image_fs
+        self._max_sample_age = max_sample_age
         self._runtime = runtime
         self._clock = clock
         self.clock = clock
@@ -138,6 +203,9 @@ class StatsProvider:
         self._sample_node = sample_node
         self._last: dict[str, tuple[int, int]] = {}
         self._node_last: tuple[float, tuple[int, int]] | None = None
+
+    def _cgroup_rate(self, kind: str, key: str) -> int | None:
+        return self._cgroups.rate(kind, key) if self._cgroups is not None else None
 
     def _rate(self, key: str) -> Callable[[int, int], int | None]:
         def rate(timestamp: int, total: int) -> int | None:
@@ -169,6 +237,9 @@ class StatsProvider:
     async def summary(self) -> Json:
         now = rfc3339(self._clock.now())
         sample, cores = await self._node()
+        tree: TreeSample | None = None
+        if self._cgroups is not None and self._cgroups.enabled:
+            tree = await self._cgroups.current(self._max_sample_age)
         sandboxes = {
             s.id: s
             for s in await self._runtime.list_pod_sandbox(
@@ -188,27 +259,75 @@ class StatsProvider:
                 start=rfc3339(from_ns(sb.created_at)),
                 containers=[],
             )
-        for stats in await self._runtime.list_container_stats():
-            c = containers.get(stats.attributes.id)
-            if c is None or c.pod_sandbox_id not in pods:
+        log_dirs: list[tuple[Json, str]] = []
+        listed_stats = await self._container_stats(cgroups=tree is not None)
+        for c in containers.values():
+            if c.pod_sandbox_id not in pods:
+                continue
+            stats = listed_stats.get(c.id)
+            if stats is None and tree is None:
                 continue
             entry: Json = {
                 "name": c.labels.get(CONTAINER_NAME) or c.metadata.name,
                 "startTime": rfc3339(from_ns(c.created_at)),
             }
-            if stats.HasField("cpu") and (
-                cpu := cpu_json(stats.cpu, time=now, rate=self._rate(c.id))
+            if stats is not None:
+                _apply_cri(entry, stats, time=now, rate=self._rate(c.id))
+            if tree is not None and (cg := tree.containers.get(c.id)) is not None:
+                _apply_cgroup(entry, cg, cores=self._cgroup_rate("c", c.id), time=now)
+            if (
+                stats is not None
+                and stats.HasField("writable_layer")
+                and stats.writable_layer.HasField("used_bytes")
             ):
-                entry["cpu"] = cpu
-            if stats.HasField("memory") and (mem := memory_json(stats.memory, time=now)):
-                entry["memory"] = mem
-            if stats.HasField("writable_layer") and stats.writable_layer.HasField("used_bytes"):
                 entry["rootfs"] = {
                     "time": now,
                     "usedBytes": stats.writable_layer.used_bytes.value,
                     "inodesUsed": stats.writable_layer.inodes_used.value,
                 }
             pods[c.pod_sandbox_id].containers.append(entry)
+            if self._pod_logs_dir is not None:
+                sb_meta = sandboxes[c.pod_sandbox_id].metadata
+                log_dirs.append(
+                    (
+                        entry,
+                        f"{self._pod_logs_dir}/{sb_meta.namespace}_{sb_meta.name}_{sb_meta.uid}/"
+                        f"{entry['name']}",
+                    )
+                )
+        if log_dirs:
+            await _add_logs(log_dirs, sample.fs, time=now)
+        await self._pod_level(pods, now)
+        if tree is not None:
+            for sb_id, pod in pods.items():
+                uid = sandboxes[sb_id].metadata.uid
+                if (cg := tree.pods.get(uid)) is not None:
+                    pod.cgroup = cg
+                    pod.cgroup_cores = self._cgroup_rate("p", uid)
+        node = node_json(self._node_name, sample, cores, time=now)
+        if sample.max_pid is not None and sample.processes is not None:
+            node["rlimit"] = {"time": now, "maxpid": sample.max_pid, "curproc": sample.processes}
+        if self._image_fs is not None:
+            image_fs = await self._image_fs_json(now)
+            if image_fs is not None:
+                node["runtime"] = {"imageFs": image_fs}
+        if tree is not None:
+            _add_cgroup_node(node, tree, cgroups=self._cgroups, time=now)
+        return {"node": node, "pods": [_pod_json(p, now) for p in pods.values()]}
+
+    async def _container_stats(self, *, cgroups: bool) -> dict[str, cri.ContainerStats]:
+        try:
+            return {s.attributes.id: s for s in await self._runtime.list_container_stats()}
+        except CriError as e:
+            # containerd fails the whole call when one container's metrics cannot be read (a
+            # task that died with its cgroup); with the cgroups sampled the rest still stands
+            if not cgroups:
+                raise
+            self._log.warning("ListContainerStats failed; using the cgroups", error=str(e))
+            return {}
+
+    async def _pod_level(self, pods: dict[str, _Pod], now: str) -> None:
+        """The runtime's pod-level CPU and memory (``ListPodSandboxStats``), where it has them."""
         try:
             for ps in await self._runtime.list_pod_sandbox_stats():
                 pod = pods.get(ps.attributes.id)
@@ -220,10 +339,56 @@ class StatsProvider:
                     pod.memory = memory_json(ps.linux.memory, time=now)
         except CriUnimplemented:
             pass
-        return {
-            "node": node_json(self._node_name, sample, cores, time=now),
-            "pods": [_pod_json(p, now) for p in pods.values()],
-        }
+        except CriError as e:  # one sandbox whose metrics cannot be read fails the whole call
+            self._log.warning(
+                "ListPodSandboxStats failed; pods from their containers", error=str(e)
+            )
+
+    async def cadvisor(self) -> str:
+        """``/metrics/cadvisor`` from the newest cgroup sample (empty on cgroup v1)."""
+        if self._cgroups is None or not self._cgroups.enabled:
+            return ""
+        tree = await self._cgroups.current(self._max_sample_age)
+        if tree is None:
+            return ""
+        pods: dict[str, Owner] = {}
+        for sb in await self._runtime.list_pod_sandbox(None):
+            meta = sb.metadata
+            pods[meta.uid] = Owner(namespace=meta.namespace, pod=meta.name)
+        containers: dict[str, Owner] = {}
+        for c in await self._runtime.list_containers(None):
+            labels = c.labels
+            containers[c.id] = Owner(
+                namespace=labels.get(POD_NAMESPACE, ""),
+                pod=labels.get(POD_NAME, ""),
+                container=labels.get(CONTAINER_NAME) or c.metadata.name,
+                image=c.image.image or c.image_ref,
+                name=c.id,
+            )
+        stamp = int(self._clock.now().timestamp() * 1000)
+        return render_cadvisor(tree, pods=pods, containers=containers, timestamp_ms=stamp)
+
+    async def _image_fs_json(self, now: str) -> Json | None:
+        assert self._image_fs is not None
+        try:
+            info = await self._image_fs()
+        except CriError:
+            return None
+        if not info.image_filesystems:
+            return None
+        usage = info.image_filesystems[0]
+        fs = await asyncio.to_thread(fs_sample, usage.fs_id.mountpoint)
+        out: Json = {"time": now}
+        if fs is not None:
+            out.update(
+                availableBytes=fs.available,
+                capacityBytes=fs.capacity,
+                inodesFree=fs.inodes_free,
+                inodes=fs.inodes,
+            )
+        out["usedBytes"] = int(usage.used_bytes.value)
+        out["inodesUsed"] = int(usage.inodes_used.value)
+        return out
 
 
 def _pod_json(pod: _Pod, now: str) -> Json:
@@ -243,6 +408,9 @@ def _pod_json(pod: _Pod, now: str) -> Json:
             "time": now,
             "workingSetBytes": sum(c["memory"]["workingSetBytes"] for c in pod.containers),
         }
+    if pod.cgroup is not None:
+        _apply_cgroup(out, pod.cgroup, cores=pod.cgroup_cores, time=now)
+        return out
     if cpu is not None:
         out["cpu"] = cpu
     if memory is not None:
@@ -250,12 +418,92 @@ def _pod_json(pod: _Pod, now: str) -> Json:
     return out
 
 
+async def _add_logs(log_dirs: list[tuple[Json, str]], fs: FsSample | None, *, time: str) -> None:
+    """Each container's ``logs``: what its log directory holds, on the node's file system."""
+    usages = await asyncio.to_thread(lambda: [dir_usage(d) for _, d in log_dirs])
+    for (entry, _), usage in zip(log_dirs, usages, strict=True):
+        if usage is not None:
+            entry["logs"] = _logs_json(usage, fs, time=time)
+
+
+def _logs_json(usage: tuple[int, int], fs: FsSample | None, *, time: str) -> Json:
+    out: Json = {"time": time}
+    if fs is not None:
+        out.update(
+            availableBytes=fs.available,
+            capacityBytes=fs.capacity,
+            inodesFree=fs.inodes_free,
+            inodes=fs.inodes,
+        )
+    out["usedBytes"], out["inodesUsed"] = usage
+    return out
+
+
+def _apply_cri(
+    entry: Json, stats: cri.ContainerStats, *, time: str, rate: Callable[[int, int], int | None]
+) -> None:
+    if stats.HasField("cpu") and (cpu := cpu_json(stats.cpu, time=time, rate=rate)):
+        entry["cpu"] = cpu
+    if stats.HasField("memory") and (mem := memory_json(stats.memory, time=time)):
+        entry["memory"] = mem
+
+
+def _apply_cgroup(entry: Json, cg: CgroupSample, *, cores: int | None, time: str) -> None:
+    """A pod's or container's figures from its cgroup (over CRI's where both exist)."""
+    if (cpu := cgroup_cpu_json(cg, time=time, cores=cores)) is not None:
+        entry["cpu"] = cpu
+    if (mem := cgroup_memory_json(cg, time=time)) is not None:
+        entry["memory"] = mem
+    if (io := cgroup_io_json(cg, cg.psi.get("io"), time=time)) is not None:
+        entry["io"] = io
+    if cg.pids_current is not None and "containers" in entry:
+        entry["process_stats"] = {"process_count": cg.pids_current}
+
+
+def _add_cgroup_node(
+    node: Json, tree: TreeSample, *, cgroups: CgroupStats | None, time: str
+) -> None:
+    """The node's PSI from ``/proc/pressure`` and the ``pods`` system container."""
+    if "cpu" in node and (psi := tree.node_psi.get("cpu")) is not None:
+        node["cpu"]["psi"] = psi_json(psi)
+    if "memory" in node and (psi := tree.node_psi.get("memory")) is not None:
+        node["memory"]["psi"] = psi_json(psi)
+    if (io := cgroup_io_json(None, tree.node_psi.get("io"), time=time)) is not None:
+        node["io"] = io
+    if tree.kubepods is not None:
+        pods: Json = {"name": "pods", "startTime": node.get("startTime", time)}
+        cores = cgroups.rate("k", "") if cgroups is not None else None
+        if (cpu := cgroup_cpu_json(tree.kubepods, time=time, cores=cores)) is not None:
+            pods["cpu"] = cpu
+        if (mem := cgroup_memory_json(tree.kubepods, time=time)) is not None:
+            pods["memory"] = mem
+        node["systemContainers"] = [pods]
+
+
 def host_stats_provider(
-    *, runtime: RuntimeService, clock: Clock, node_name: str, fs_path: str
+    *,
+    runtime: RuntimeService,
+    clock: Clock,
+    node_name: str,
+    fs_path: str,
+    cgroups: CgroupStats | None = None,
+    image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
+    pod_logs_dir: str | None = None,
 ) -> StatsProvider:
-    """A provider over this host's ``/proc`` and the file system holding ``fs_path``."""
+    """A provider over this host's ``/proc``, the file system holding ``fs_path`` and, on
+    cgroup v2, the pods' cgroups through ``cgroups``."""
 
     async def sample() -> NodeSample:
         return await asyncio.to_thread(read_node_sample, fs_path)
 
-    return StatsProvider(runtime=runtime, clock=clock, node_name=node_name, sample_node=sample)
+    max_age = 2 * cgroups.interval if cgroups is not None else 2.0
+    return StatsProvider(
+        runtime=runtime,
+        clock=clock,
+        node_name=node_name,
+        sample_node=sample,
+        cgroups=cgroups,
+        image_fs=image_fs,
+        max_sample_age=max_age,
+        pod_logs_dir=pod_logs_dir,
+    )

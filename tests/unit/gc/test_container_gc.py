@@ -343,3 +343,22 @@ async def test_an_unreadable_pod_logs_directory_fails_the_run_but_not_the_manage
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_disk_pressure_reclaim_also_clears_pods_that_terminated_but_still_exist(
+    node: Node,
+) -> None:
+    """An evicted pod stays in the API (Failed) but its writable layer must go: under disk
+    pressure the eviction manager asks for the kubelet's ``evictNonDeletedPods``."""
+    evicted = await start_pod(node, "evicted")
+    dead = await evicted.container("app", 0)
+    await node.runtime.stop_pod_sandbox(evicted.sandbox_id)
+    running = await start_pod(node, "running")
+    alive = await running.container("app", 0, run=True)
+
+    assert (await node.gc().garbage_collect()).containers == []  # the newest dead one is kept
+    result = await node.gc().garbage_collect(terminated=lambda uid: uid == evicted.uid)
+
+    assert result.containers == [dead]
+    assert result.sandboxes == [evicted.sandbox_id]
+    assert node.runtime.container_ids == [alive]

@@ -259,3 +259,17 @@ async def test_image_gc_failed_is_recorded_only_when_a_run_fails_twice_in_a_row(
 
 async def fail_removal(image: str | cri.ImageSpec) -> None:
     raise cri_error(rpc="RemoveImage", endpoint="fake", code="Unknown", details=f"busy {image}")
+
+
+async def test_disk_pressure_reclaim_removes_every_unused_image_old_enough(node: Node) -> None:
+    """The eviction manager's ``DeleteUnusedImages``: whatever the thresholds (the disk is only
+    30% used here), every image not in use, not pinned and past the minimum age goes."""
+    node.disk.other = 5 * MB
+    await node.run_container("example.com/app:1")
+    gc = node.gc(min_age=60)
+    first = await gc.delete_unused_images()
+    assert first.removed == []  # all just detected: younger than the minimum age
+    node.clock.advance(61)
+    second = await gc.delete_unused_images()
+    assert second.freed == 18 * MB  # old, older, big; the sandbox image counts as in use
+    assert await node.present() == {"app", "pause", "pinned"}
