@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from nodeagent import __version__, cgroups, config
+from nodeagent.cm.host import fail_swap_on_refusal
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
 from nodeagent.nodestatus import cli as status_cli
@@ -74,6 +75,14 @@ def _run(args: argparse.Namespace) -> int:
     )
     if refusal:
         print(f"nodeagent: {refusal}", file=sys.stderr)
+        return EXIT_FAILURE
+    if swap_refusal := fail_swap_on_refusal(cfg.kubelet.fail_swap_on):
+        # The kubelet's words, then what to change here (kubelet.failSwapOn is the flag).
+        print(
+            f"nodeagent: {swap_refusal} (kubelet.failSwapOn is true: set kubelet.failSwapOn: "
+            "false to run with swap on)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     log.setup(verbosity=cfg.kubelet.logging.verbosity, environ=os.environ)
     if not v2:

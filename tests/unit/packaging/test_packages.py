@@ -69,7 +69,8 @@ def test_package_bundles_the_pinned_runtime_dependencies(packages: Packages, kin
     ]
 
     for name, version in pins:
-        dist_info = f"{SITE}/{name.lower()}-{version}.dist-info/METADATA"
+        # Wheel dist-info directories are named with "-" normalised to "_" (PEP 427).
+        dist_info = f"{SITE}/{name.lower().replace('-', '_')}-{version}.dist-info/METADATA"
         assert dist_info in files, f"{name}=={version} is not bundled"
     assert f"{SITE}/nodeagent-{packages.version}.dist-info/METADATA" in files
     assert not any(p.startswith(f"{SITE}/pip") for p in files), "pip is not shipped"
