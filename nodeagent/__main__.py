@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from nodeagent import __version__, cgroups, config
+from nodeagent.cm import cli as swap_cli
 from nodeagent.cm.host import fail_swap_on_refusal
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_cli.register(sub)
     status_cli.register(sub)
     proxy_cli.register(sub)
+    swap_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)

@@ -13,7 +13,7 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -27,9 +27,21 @@ class CgroupError(OSError):
     pass
 
 
+def files_vanish_rmdir(directory: Path) -> None:
+    """``rmdir`` with cgroupfs semantics on an ordinary directory: its plain files (the
+    interface files) go with it. For trees that stand in for /sys/fs/cgroup in tests."""
+    for entry in directory.iterdir():
+        if entry.is_file():
+            entry.unlink()
+    directory.rmdir()
+
+
 class CgroupFs:
-    def __init__(self, *, mount: Path = CGROUP_MOUNT) -> None:
+    def __init__(
+        self, *, mount: Path = CGROUP_MOUNT, rmdir: Callable[[Path], None] = Path.rmdir
+    ) -> None:
         self.mount = mount
+        self._rmdir_fn = rmdir
 
     def path(self, cgroup: str) -> Path:
         return self.mount / cgroup.strip("/")
@@ -99,11 +111,10 @@ class CgroupFs:
     def _has_descendants(top: Path) -> bool:
         return any(e.is_dir() for e in os.scandir(top))
 
-    @staticmethod
-    def _rmdir(directory: Path) -> None:
+    def _rmdir(self, directory: Path) -> None:
         for attempt in range(RMDIR_ATTEMPTS):
             try:
-                directory.rmdir()
+                self._rmdir_fn(directory)
                 return
             except FileNotFoundError:
                 return

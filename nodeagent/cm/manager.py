@@ -15,28 +15,40 @@ the pod's cgroup as before (the kubelet's v1 maintenance mode is not rebuilt her
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 
 from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
 from nodeagent.cm.policy import (
     NodeResources,
     ResourceConfig,
+    SwapInputs,
+    container_swap,
     pod_resource_config,
     qos_resource_configs,
     reserved_from,
 )
 from nodeagent.config import Config
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
-from nodeagent.kuberuntime.sandbox import KUBEPODS, pod_cgroup_name, root_cgroup_name
+from nodeagent.kuberuntime.sandbox import (
+    KUBEPODS,
+    POD_CGROUP_PREFIX,
+    pod_cgroup_name,
+    root_cgroup_name,
+)
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
 from nodeagent.systemd.dbus import SystemdBus
 
 SETUP_RETRY: Final = 10.0
+SWAP_STATE_FILE: Final = "swap-state.json"
 QOS_TIERS: Final = ("burstable", "besteffort")
 
 
@@ -51,6 +63,9 @@ class CmSettings:
     pod_pids_limit: int = -1
     cpu_cfs_quota: bool = True
     cpu_period: int = 100_000
+    swap: SwapInputs = field(default_factory=SwapInputs)
+    swap_state: Path | None = None
+    """Where each container's swap decision is written for ``nodeagent swap report``."""
 
 
 def read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int | None:
@@ -82,6 +97,7 @@ class ContainerManager:
         self._applied: dict[str, ResourceConfig] = {}
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
+        self._swap: dict[str, dict[str, Any]] = {}
 
     @property
     def name(self) -> str:
@@ -161,6 +177,7 @@ class ContainerManager:
 
     async def ensure_pod(self, pod: Pod) -> None:
         """The pod's cgroup exists with its limits (before its sandbox is created)."""
+        await self._record_swap(pod)
         if not self.enabled:
             return
         ops = await self.setup()
@@ -185,6 +202,8 @@ class ContainerManager:
 
     async def remove_pod(self, uid: str) -> None:
         """Remove the pod's cgroup: its containers and sandbox are gone."""
+        if self._swap.pop(uid, None) is not None:
+            await self._write_swap_state()
         if not self.enabled or self._ops is None:
             return
         ops = self._ops
@@ -198,6 +217,38 @@ class ContainerManager:
             self._log.v(4).info("Pod cgroup removed", pod_uid=uid, cgroup=ops.path(parts))
         self._names.pop(uid, None)
 
+    async def _record_swap(self, pod: Pod) -> None:
+        """Each container's ``memory.swap.max`` decision (the same one the container's CRI
+        config carries) for ``nodeagent swap report``."""
+        if self._settings.swap_state is None:
+            return
+        containers = {}
+        for c in (*pod.spec.init_containers, *pod.spec.containers):
+            try:
+                decision = container_swap(pod, c, self._settings.swap)
+            except (ValueError, ArithmeticError):
+                continue
+            containers[c.name] = dataclasses.asdict(decision)
+        entry = {
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "qos": pod_qos_class(pod).value,
+            "containers": containers,
+        }
+        if self._swap.get(pod.uid) != entry:
+            self._swap[pod.uid] = entry
+            await self._write_swap_state()
+
+    async def _write_swap_state(self) -> None:
+        path = self._settings.swap_state
+        if path is None:
+            return
+        text = json.dumps({"pods": self._swap}, sort_keys=True)
+        try:
+            await asyncio.to_thread(_write_atomic, path, text)
+        except OSError as e:
+            self._log.error("Cannot write the swap report state", path=str(path), error=str(e))
+
     def _pod_cgroups(self, ops: CgroupDriverOps) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
         for tier in (None, *QOS_TIERS):
@@ -205,8 +256,7 @@ class ContainerManager:
             for child in self._fs.children(ops.path(parent)):
                 uid = ops.pod_uid(child)
                 if uid is not None:
-                    suffix = child.removesuffix(".slice").rsplit("-", 1)[-1]
-                    found[uid] = [*parent, suffix.replace("_", "-")]
+                    found[uid] = [*parent, f"{POD_CGROUP_PREFIX}{uid}"]
         return found
 
     def _find(self, ops: CgroupDriverOps, uid: str) -> list[str] | None:
@@ -227,6 +277,13 @@ class ContainerManager:
                 await ops.remove(parts)
             except Exception as e:
                 self._log.error("Failed to remove orphaned pod cgroup", pod_uid=uid, error=str(e))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _ancestors(root: list[str]) -> list[list[str]]:
@@ -275,5 +332,7 @@ def container_manager(
         pod_pids_limit=k.pod_pids_limit,
         cpu_cfs_quota=settings.cpu_cfs_quota,
         cpu_period=settings.cpu_cfs_quota_period_us,
+        swap=settings.swap,
+        swap_state=Path(config.node.root_dir) / SWAP_STATE_FILE,
     )
     return ContainerManager(settings=cm_settings, driver=driver)
