@@ -15,9 +15,11 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from harness.controlplane import ControlPlane
 from harness.versions import cache_dir
 from harness.vm import Image, Machine, deb_depends, ensure_image, recipe_for
 from harness.vm.guest import deb_version, ensure_installed, provision
+from harness.vm.pods import join_node
 
 REPO = Path(__file__).resolve().parents[2]
 TIMINGS: dict[str, float] = {}
@@ -120,12 +122,28 @@ def agent(vm: Machine, nodeagent_deb: Path) -> Machine:
     return vm
 
 
+@pytest.fixture
+def guest_node(vm: Machine, nodeagent_deb: Path, control_plane: ControlPlane) -> Iterator[str]:
+    """The guest's agent joined to the host's control plane, its Node Ready, the locally built
+    busybox and pause images in its containerd (see ``harness.vm.pods``). Yields the node name;
+    afterwards every pod the test left in the ``default`` namespace is deleted at once."""
+    node = join_node(vm, nodeagent_deb, control_plane)
+    try:
+        yield node
+    finally:
+        control_plane.kubectl(
+            "delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force",
+            "--wait=false", check=False,
+        )  # fmt: skip
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    machine = getattr(item, "funcargs", {}).get("vm") or getattr(item, "funcargs", {}).get("agent")
+    args = getattr(item, "funcargs", {})
+    machine = args.get("vm") or args.get("agent")
     if report.failed and isinstance(machine, Machine):
         report.sections.append(("guest console tail", machine.console_tail(40)))
         try:
