@@ -4,9 +4,17 @@ files and journal."""
 
 from __future__ import annotations
 
+import json
+import secrets
+import time
+from typing import Any
+
 import pytest
+import yaml
+from harness.controlplane import ControlPlane
 from harness.vm import Machine
 from harness.vm.guest import journal, journal_cursor, wait_until
+from harness.vm.pods import node_ready, pod_manifest, wait_pod
 
 pytestmark = pytest.mark.system
 
@@ -74,3 +82,252 @@ def test_fail_swap_on_refuses_to_start_with_the_kubelets_message(agent: Machine)
     finally:
         agent.run(f"sed -i 's/^  failSwapOn: true$/  failSwapOn: false/' {CONFIG}")
         agent.run("systemctl restart nodeagent", timeout=120)
+
+
+# --- pods on the guest's node -------------------------------------------------------------
+
+MIB = 1 << 20
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+G_RES = {"cpu": "200m", "memory": "64Mi"}
+B_REQ = {"cpu": "100m", "memory": "32Mi"}
+B_LIM = {"memory": "128Mi"}
+
+
+def _apply(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str(pod.get("status", {}).get("phase", ""))
+
+
+def _delete(control_plane: ControlPlane, *names: str) -> None:
+    control_plane.kubectl(
+        "delete", "pod", *names, "--grace-period=1", "--wait=true", "--timeout=90s", check=False
+    )
+
+
+def _three_pods(control_plane: ControlPlane, tag: str) -> dict[str, dict[str, Any]]:
+    """A Guaranteed, a Burstable and a BestEffort pod, Running; by QoS letter."""
+    manifests = {
+        "g": pod_manifest(f"g-{tag}", resources={"requests": G_RES, "limits": G_RES}),
+        "b": pod_manifest(f"b-{tag}", resources={"requests": B_REQ, "limits": B_LIM}),
+        "e": pod_manifest(f"e-{tag}"),
+    }
+    for m in manifests.values():
+        _apply(control_plane, m)
+    return {
+        k: wait_pod(
+            control_plane,
+            m["metadata"]["name"],
+            lambda p: _phase(p) == "Running",
+            what="phase Running",
+            timeout=180,
+        )
+        for k, m in manifests.items()
+    }
+
+
+def pod_cgroup(driver: str, qos: str, uid: str) -> str:
+    """The kubelet's pod cgroup path (what users find under /sys/fs/cgroup)."""
+    tier = {"g": [], "b": ["burstable"], "e": ["besteffort"]}[qos]
+    if driver == "cgroupfs":
+        return "/".join([CG, "kubepods", *tier, f"pod{uid}"])
+    escaped = uid.replace("-", "_")
+    slices, prefix = ["kubepods.slice"], "kubepods"
+    for t in tier:
+        prefix = f"{prefix}-{t}"
+        slices.append(f"{prefix}.slice")
+    slices.append(f"{prefix}-pod{escaped}.slice")
+    return "/".join([CG, *slices])
+
+
+def container_cgroup(vm: Machine, pod: dict[str, Any]) -> str:
+    """The app container's cgroup, from its process (``/proc/<pid>/cgroup``)."""
+    (status,) = pod["status"]["containerStatuses"]
+    cid = status["containerID"].split("://", 1)[1]
+    for line in vm.check(["ctr", "-n", "k8s.io", "tasks", "list"]).splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == cid:
+            for entry in read(vm, f"/proc/{fields[1]}/cgroup").splitlines():
+                if entry.startswith("0::"):
+                    return CG + entry[3:]
+    raise AssertionError(f"no running task for container {cid}")
+
+
+def meminfo(vm: Machine, key: str) -> int:
+    for line in read(vm, "/proc/meminfo").splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(key)
+
+
+def _check_pods(vm: Machine, driver: str, pods: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The pod cgroups and their limits as the kubelet sets them; returns the container
+    cgroups."""
+    paths = {k: pod_cgroup(driver, k, p["metadata"]["uid"]) for k, p in pods.items()}
+    got = {
+        k: {f: read(vm, f"{path}/{f}") for f in ("cpu.weight", "cpu.max", "memory.max")}
+        for k, path in paths.items()
+    }
+    assert got == {
+        "g": {"cpu.weight": str(weight_of_shares(204)), "cpu.max": "20000 100000",
+              "memory.max": str(64 * MIB)},
+        "b": {"cpu.weight": str(weight_of_shares(102)), "cpu.max": "max 100000",
+              "memory.max": str(128 * MIB)},
+        "e": {"cpu.weight": "1", "cpu.max": "max 100000", "memory.max": "max"},
+    }  # fmt: skip
+    qos_root = pod_cgroup(driver, "b", "x").rsplit("/", 1)[0]
+    assert read(vm, f"{qos_root}/cpu.weight") == str(weight_of_shares(102))
+    containers = {k: container_cgroup(vm, p) for k, p in pods.items()}
+    for k, path in containers.items():
+        assert path.startswith(paths[k] + "/"), (path, paths[k])
+        assert read(vm, f"{path}/memory.oom.group") == "1"
+    assert read(vm, f"{containers['g']}/memory.max") == str(64 * MIB)
+    assert read(vm, f"{containers['b']}/memory.max") == str(128 * MIB)
+    return containers
+
+
+def test_pod_cgroups_limits_and_no_swap_systemd_driver(
+    vm: Machine, control_plane: ControlPlane, guest_node: str
+) -> None:
+    del guest_node
+    tag = secrets.token_hex(3)
+    pods = _three_pods(control_plane, tag)
+    try:
+        containers = _check_pods(vm, "systemd", pods)
+        # NoSwap (the default): 0 for every container.
+        for path in containers.values():
+            assert read(vm, f"{path}/memory.swap.max") == "0"
+        report = json.loads(
+            vm.check("nodeagent swap report --config /etc/nodeagent/config.yaml --json")
+        )
+        mine = {r["pod"]: r for r in report if r["pod"].endswith(tag)}
+        assert {r["sent"] for r in mine.values()} == {"0"}
+        assert {r["cgroup"] for r in mine.values()} == {"0"}
+    finally:
+        _delete(control_plane, *(p["metadata"]["name"] for p in pods.values()))
+    # The pod cgroups go with the pods.
+    for k, p in pods.items():
+        wait_until(vm, f"! test -e {pod_cgroup('systemd', k, p['metadata']['uid'])}",
+                   timeout=60, what="the pod cgroup removed")  # fmt: skip
+
+
+def _edit_config(vm: Machine, *sed: str) -> None:
+    vm.check(["sed", "-i", *(a for s in sed for a in ("-e", s)), CONFIG])
+
+
+def _restart_agent(vm: Machine, control_plane: ControlPlane) -> None:
+    vm.check("systemctl restart nodeagent", timeout=120)
+    deadline = time.monotonic() + 90
+    while not node_ready(control_plane):
+        assert time.monotonic() < deadline, "node not Ready after restart"
+        time.sleep(1)
+
+
+LIMITED = (
+    r"s/^  # memorySwap:$/  memorySwap:/",
+    r"s/^  #   swapBehavior: LimitedSwap$/    swapBehavior: LimitedSwap/",
+    r"s/^  failSwapOn: false$/  failSwapOn: false\n  podPidsLimit: 256/",
+)
+UNLIMITED = (
+    r"s/^  memorySwap:$/  # memorySwap:/",
+    r"s/^    swapBehavior: LimitedSwap$/  #   swapBehavior: LimitedSwap/",
+    r"/^  podPidsLimit: 256$/d",
+)
+
+
+def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
+    vm: Machine, control_plane: ControlPlane, guest_node: str
+) -> None:
+    del guest_node
+    _edit_config(vm, *LIMITED)
+    tag = secrets.token_hex(3)
+    hog = f"hog-{tag}"
+    try:
+        _restart_agent(vm, control_plane)
+        pods = _three_pods(control_plane, tag)
+        containers = _check_pods(vm, "systemd", pods)
+        for k, p in pods.items():
+            path = pod_cgroup("systemd", k, p["metadata"]["uid"])
+            assert read(vm, f"{path}/pids.max") == "256"
+        memory, swap = meminfo(vm, "MemTotal"), meminfo(vm, "SwapTotal")
+        assert swap > 0
+        expected = int(32 * MIB / memory * swap)
+        assert read(vm, f"{containers['b']}/memory.swap.max") == str(expected)
+        assert read(vm, f"{containers['g']}/memory.swap.max") == "0"
+        assert read(vm, f"{containers['e']}/memory.swap.max") == "0"
+        report = json.loads(
+            vm.check("nodeagent swap report --config /etc/nodeagent/config.yaml --json")
+        )
+        (row,) = [r for r in report if r["pod"] == f"default/b-{tag}"]
+        assert (row["request"], row["memory_capacity"], row["swap_capacity"]) == (
+            32 * MIB, memory, swap,
+        )  # fmt: skip
+        assert row["sent"] == row["runtime"] == row["cgroup"] == str(expected)
+
+        # A Burstable container that fills its limit swaps (up to its swap limit), then is
+        # OOM-killed when it asks for more.
+        req, lim = 256 * MIB, 320 * MIB
+        swap_limit = int(req / memory * swap)
+        hold = (lim + swap_limit // 2) // MIB
+        script = (
+            f"x=$(head -c {hold}m /dev/zero | tr '\\0' a); echo held; sleep 20; "
+            f"y=$(head -c 200m /dev/zero | tr '\\0' b); echo survived"
+        )
+        _apply(control_plane, pod_manifest(
+            hog, command=["sh", "-c", script],
+            resources={"requests": {"memory": "256Mi"}, "limits": {"memory": "320Mi"}},
+        ))  # fmt: skip
+        running = wait_pod(control_plane, hog, lambda p: _phase(p) == "Running", timeout=120,
+                           what="Running")  # fmt: skip
+        path = container_cgroup(vm, running)
+        assert read(vm, f"{path}/memory.swap.max") == str(swap_limit)
+        wait_until(vm, f"[ $(cat {path}/memory.swap.current) -gt 0 ]", timeout=120,
+                   what="the hog to swap")  # fmt: skip
+        assert int(read(vm, f"{path}/memory.swap.current")) <= swap_limit
+        done = wait_pod(control_plane, hog, lambda p: _phase(p) == "Failed", timeout=180,
+                        what="the OOM kill")  # fmt: skip
+        (status,) = done["status"]["containerStatuses"]
+        assert status["state"]["terminated"]["reason"] == "OOMKilled", status
+        assert status["state"]["terminated"]["exitCode"] == 137, status
+    finally:
+        control_plane.kubectl("delete", "pods", "--all", "--grace-period=1", "--wait=true",
+                              "--timeout=90s", check=False)  # fmt: skip
+        _edit_config(vm, *UNLIMITED)
+        _restart_agent(vm, control_plane)
+
+
+def _set_systemd_cgroup(vm: Machine, on: bool) -> None:
+    old, new = ("false", "true") if on else ("true", "false")
+    vm.check(["sed", "-i", f"s/SystemdCgroup = {old}/SystemdCgroup = {new}/", CONTAINERD_CONFIG])
+    vm.check("systemctl restart containerd", timeout=120)
+
+
+def test_pod_cgroups_and_limits_with_the_cgroupfs_driver(
+    vm: Machine, control_plane: ControlPlane, guest_node: str
+) -> None:
+    del guest_node
+    assert "SystemdCgroup = true" in read(vm, CONTAINERD_CONFIG)
+    control_plane.kubectl("delete", "pods", "--all", "--grace-period=1", "--wait=true",
+                          "--timeout=90s", check=False)  # fmt: skip
+    tag = secrets.token_hex(3)
+    pods: dict[str, dict[str, Any]] = {}
+    _set_systemd_cgroup(vm, False)
+    try:
+        _restart_agent(vm, control_plane)
+        wait_until(vm, f"test -d {CG}/kubepods/besteffort", timeout=60,
+                   what="the cgroupfs QoS hierarchy")  # fmt: skip
+        cpus = int(vm.check("nproc").strip())
+        assert read(vm, f"{CG}/kubepods/cpu.weight") == str(weight_of_shares(cpus * 1024))
+        assert read(vm, f"{CG}/kubepods/memory.max") == str(mem_total(vm))
+        pods = _three_pods(control_plane, tag)
+        containers = _check_pods(vm, "cgroupfs", pods)
+        for path in containers.values():
+            assert read(vm, f"{path}/memory.swap.max") == "0"
+    finally:
+        _delete(control_plane, *(p["metadata"]["name"] for p in pods.values()))
+        _set_systemd_cgroup(vm, True)
+        _restart_agent(vm, control_plane)
+    for k, p in pods.items():
+        assert vm.run(f"test -e {pod_cgroup('cgroupfs', k, p['metadata']['uid'])}").rc != 0
