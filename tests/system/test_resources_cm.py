@@ -14,7 +14,7 @@ import yaml
 from harness.controlplane import ControlPlane
 from harness.vm import Machine
 from harness.vm.guest import journal, journal_cursor, wait_until
-from harness.vm.pods import node_ready, pod_manifest, wait_pod
+from harness.vm.pods import BUSYBOX_IMAGE, node_ready, pod_manifest, wait_pod
 
 pytestmark = pytest.mark.system
 
@@ -38,7 +38,11 @@ def mem_total(vm: Machine) -> int:
     raise AssertionError("no MemTotal")
 
 
-def test_qos_hierarchy_with_allocatable_on_kubepods_systemd_driver(agent: Machine) -> None:
+def test_qos_hierarchy_with_allocatable_on_kubepods_systemd_driver(
+    vm: Machine, guest_node: str
+) -> None:
+    del guest_node
+    agent = vm
     kubepods = f"{CG}/kubepods.slice"
     wait_until(agent, f"test -d {kubepods}/kubepods-besteffort.slice", timeout=60,
                what="the QoS hierarchy")  # fmt: skip
@@ -55,7 +59,11 @@ def test_qos_hierarchy_with_allocatable_on_kubepods_systemd_driver(agent: Machin
     assert "kubepods-burstable.slice" in units and "kubepods-besteffort.slice" in units, units
 
 
-def test_fail_swap_on_refuses_to_start_with_the_kubelets_message(agent: Machine) -> None:
+def test_fail_swap_on_refuses_to_start_with_the_kubelets_message(
+    vm: Machine, control_plane: ControlPlane, guest_node: str
+) -> None:
+    del guest_node
+    agent = vm
     assert agent.check("swapon --show=NAME --noheadings").strip() == "/swapfile"
     assert "failSwapOn: false" in read(agent, CONFIG)  # the packaged default
     cursor = journal_cursor(agent)
@@ -81,7 +89,7 @@ def test_fail_swap_on_refuses_to_start_with_the_kubelets_message(agent: Machine)
         assert agent.run("systemctl is-active nodeagent").stdout.strip() != "active"
     finally:
         agent.run(f"sed -i 's/^  failSwapOn: true$/  failSwapOn: false/' {CONFIG}")
-        agent.run("systemctl restart nodeagent", timeout=120)
+        _restart_agent(agent, control_plane)
 
 
 # --- pods on the guest's node -------------------------------------------------------------
@@ -142,9 +150,16 @@ def pod_cgroup(driver: str, qos: str, uid: str) -> str:
     return "/".join([CG, *slices])
 
 
+def _app_status(pod: dict[str, Any]) -> dict[str, Any]:
+    for status in pod.get("status", {}).get("containerStatuses", []):
+        if status["name"] == "app":
+            return dict(status)
+    return {}
+
+
 def container_cgroup(vm: Machine, pod: dict[str, Any]) -> str:
     """The app container's cgroup, from its process (``/proc/<pid>/cgroup``)."""
-    (status,) = pod["status"]["containerStatuses"]
+    status = _app_status(pod)
     cid = status["containerID"].split("://", 1)[1]
     for line in vm.check(["ctr", "-n", "k8s.io", "tasks", "list"]).splitlines()[1:]:
         fields = line.split()
@@ -267,30 +282,43 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
         assert row["sent"] == row["runtime"] == row["cgroup"] == str(expected)
 
         # A Burstable container that fills its limit swaps (up to its swap limit), then is
-        # OOM-killed when it asks for more.
+        # OOM-killed when it asks for more. It fills a memory-backed emptyDir (tmpfs pages are
+        # charged to the writer and are swappable); a second container without a limit keeps
+        # the pod without a pod-level memory limit, so the tmpfs is not capped at 320Mi.
         req, lim = 256 * MIB, 320 * MIB
         swap_limit = int(req / memory * swap)
         hold = (lim + swap_limit // 2) // MIB
         script = (
-            f"x=$(head -c {hold}m /dev/zero | tr '\\0' a); echo held; sleep 20; "
-            f"y=$(head -c 200m /dev/zero | tr '\\0' b); echo survived"
+            f"dd if=/dev/zero of=/fill/a bs=1M count={hold} && echo held && sleep 20 && "
+            "dd if=/dev/zero of=/fill/b bs=1M count=200 && echo survived; sleep 3600"
         )
-        _apply(control_plane, pod_manifest(
+        manifest = pod_manifest(
             hog, command=["sh", "-c", script],
             resources={"requests": {"memory": "256Mi"}, "limits": {"memory": "320Mi"}},
-        ))  # fmt: skip
-        running = wait_pod(control_plane, hog, lambda p: _phase(p) == "Running", timeout=120,
-                           what="Running")  # fmt: skip
+            container={"volumeMounts": [{"name": "fill", "mountPath": "/fill"}]},
+            spec={"volumes": [{"name": "fill", "emptyDir": {"medium": "Memory"}}]},
+        )  # fmt: skip
+        manifest["spec"]["containers"].append(
+            {"name": "idle", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+             "command": ["sleep", "3600"]}
+        )  # fmt: skip
+        _apply(control_plane, manifest)
+        running = wait_pod(
+            control_plane, hog,
+            lambda p: "running" in _app_status(p).get("state", {}), timeout=120, what="Running",
+        )  # fmt: skip
         path = container_cgroup(vm, running)
         assert read(vm, f"{path}/memory.swap.max") == str(swap_limit)
         wait_until(vm, f"[ $(cat {path}/memory.swap.current) -gt 0 ]", timeout=120,
                    what="the hog to swap")  # fmt: skip
         assert int(read(vm, f"{path}/memory.swap.current")) <= swap_limit
-        done = wait_pod(control_plane, hog, lambda p: _phase(p) == "Failed", timeout=180,
-                        what="the OOM kill")  # fmt: skip
-        (status,) = done["status"]["containerStatuses"]
-        assert status["state"]["terminated"]["reason"] == "OOMKilled", status
-        assert status["state"]["terminated"]["exitCode"] == 137, status
+        done = wait_pod(
+            control_plane, hog, lambda p: "terminated" in _app_status(p).get("state", {}),
+            timeout=180, what="the OOM kill",
+        )  # fmt: skip
+        terminated = _app_status(done)["state"]["terminated"]
+        assert terminated["reason"] == "OOMKilled", terminated
+        assert terminated["exitCode"] == 137, terminated
     finally:
         control_plane.kubectl("delete", "pods", "--all", "--grace-period=1", "--wait=true",
                               "--timeout=90s", check=False)  # fmt: skip

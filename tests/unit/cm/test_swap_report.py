@@ -34,7 +34,7 @@ async def test_manager_writes_each_containers_decision_and_the_report_joins_it(
                 controller=True,
                 memory_capacity=2 * GIB,
                 swap_capacity=256 * MIB,
-            ),  # fmt: skip
+            ),
             swap_state=state,
         ),
         driver=driver,
