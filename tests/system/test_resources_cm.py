@@ -39,10 +39,11 @@ def mem_total(vm: Machine) -> int:
 
 
 def test_qos_hierarchy_with_allocatable_on_kubepods_systemd_driver(
-    vm: Machine, guest_node: str
+    vm: Machine, control_plane: ControlPlane, guest_node: str
 ) -> None:
-    del guest_node
     agent = vm
+    node = json.loads(control_plane.kubectl("get", "node", guest_node, "-o", "json").stdout)
+    assert node["status"]["nodeInfo"]["swap"]["capacity"] == meminfo(vm, "SwapTotal") > 0
     kubepods = f"{CG}/kubepods.slice"
     wait_until(agent, f"test -d {kubepods}/kubepods-besteffort.slice", timeout=60,
                what="the QoS hierarchy")  # fmt: skip
