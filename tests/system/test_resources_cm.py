@@ -38,26 +38,37 @@ def mem_total(vm: Machine) -> int:
     raise AssertionError("no MemTotal")
 
 
-def test_qos_hierarchy_with_allocatable_on_kubepods_systemd_driver(
+QOS = {
+    "cgroupfs": ("kubepods", "kubepods/burstable", "kubepods/besteffort"),
+    "systemd": (
+        "kubepods.slice",
+        "kubepods.slice/kubepods-burstable.slice",
+        "kubepods.slice/kubepods-besteffort.slice",
+    ),
+}
+
+
+def _check_hierarchy(vm: Machine, driver: str) -> None:
+    """kubepods with allocatable (no reservations in the packaged config: capacity), the
+    Burstable and BestEffort tiers with the minimal weight (no Burstable pod yet)."""
+    kubepods, burstable, besteffort = (f"{CG}/{p}" for p in QOS[driver])
+    wait_until(vm, f"test -d {besteffort}", timeout=60, what="the QoS hierarchy")
+    cpus = int(vm.check("nproc").strip())
+    assert read(vm, f"{kubepods}/cpu.weight") == str(weight_of_shares(cpus * 1024))
+    assert read(vm, f"{kubepods}/memory.max") == str(mem_total(vm))
+    assert read(vm, f"{burstable}/cpu.weight") == "1"
+    assert read(vm, f"{besteffort}/cpu.weight") == "1"
+    controllers = read(vm, f"{kubepods}/cgroup.subtree_control").split()
+    assert {"cpu", "memory", "pids"} <= set(controllers), controllers
+
+
+def test_qos_hierarchy_and_swap_capacity_cgroupfs_driver(
     vm: Machine, control_plane: ControlPlane, guest_node: str
 ) -> None:
-    agent = vm
+    """Debian's containerd runs runc without SystemdCgroup: the agent learns cgroupfs."""
     node = json.loads(control_plane.kubectl("get", "node", guest_node, "-o", "json").stdout)
     assert node["status"]["nodeInfo"]["swap"]["capacity"] == meminfo(vm, "SwapTotal") > 0
-    kubepods = f"{CG}/kubepods.slice"
-    wait_until(agent, f"test -d {kubepods}/kubepods-besteffort.slice", timeout=60,
-               what="the QoS hierarchy")  # fmt: skip
-    cpus = int(agent.check("nproc").strip())
-    # kubepods: allocatable (no reservations in the packaged config: capacity).
-    assert read(agent, f"{kubepods}/cpu.weight") == str(weight_of_shares(cpus * 1024))
-    assert read(agent, f"{kubepods}/memory.max") == str(mem_total(agent))
-    # Burstable with no Burstable pods and BestEffort: the minimal shares (2 -> weight 1).
-    assert read(agent, f"{kubepods}/kubepods-burstable.slice/cpu.weight") == "1"
-    assert read(agent, f"{kubepods}/kubepods-besteffort.slice/cpu.weight") == "1"
-    controllers = read(agent, f"{kubepods}/cgroup.subtree_control").split()
-    assert {"cpu", "memory", "pids"} <= set(controllers), controllers
-    units = agent.check("systemctl list-units --type=slice --no-legend --plain kubepods*")
-    assert "kubepods-burstable.slice" in units and "kubepods-besteffort.slice" in units, units
+    _check_hierarchy(vm, "cgroupfs")
 
 
 def test_fail_swap_on_refuses_to_start_with_the_kubelets_message(
@@ -204,14 +215,12 @@ def _check_pods(vm: Machine, driver: str, pods: dict[str, dict[str, Any]]) -> di
     return containers
 
 
-def test_pod_cgroups_limits_and_no_swap_systemd_driver(
-    vm: Machine, control_plane: ControlPlane, guest_node: str
-) -> None:
-    del guest_node
+def _pods_with_no_swap(vm: Machine, control_plane: ControlPlane, driver: str) -> None:
     tag = secrets.token_hex(3)
-    pods = _three_pods(control_plane, tag)
+    pods: dict[str, dict[str, Any]] = {}
     try:
-        containers = _check_pods(vm, "systemd", pods)
+        pods = _three_pods(control_plane, tag)
+        containers = _check_pods(vm, driver, pods)
         # NoSwap (the default): 0 for every container.
         for path in containers.values():
             assert read(vm, f"{path}/memory.swap.max") == "0"
@@ -219,14 +228,22 @@ def test_pod_cgroups_limits_and_no_swap_systemd_driver(
             vm.check("nodeagent swap report --config /etc/nodeagent/config.yaml --json")
         )
         mine = {r["pod"]: r for r in report if r["pod"].endswith(tag)}
+        assert len(mine) == 3, report
         assert {r["sent"] for r in mine.values()} == {"0"}
         assert {r["cgroup"] for r in mine.values()} == {"0"}
     finally:
         _delete(control_plane, *(p["metadata"]["name"] for p in pods.values()))
     # The pod cgroups go with the pods.
     for k, p in pods.items():
-        wait_until(vm, f"! test -e {pod_cgroup('systemd', k, p['metadata']['uid'])}",
+        wait_until(vm, f"! test -e {pod_cgroup(driver, k, p['metadata']['uid'])}",
                    timeout=60, what="the pod cgroup removed")  # fmt: skip
+
+
+def test_pod_cgroups_limits_and_no_swap_cgroupfs_driver(
+    vm: Machine, control_plane: ControlPlane, guest_node: str
+) -> None:
+    del guest_node
+    _pods_with_no_swap(vm, control_plane, "cgroupfs")
 
 
 def _edit_config(vm: Machine, *sed: str) -> None:
@@ -263,9 +280,9 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
     try:
         _restart_agent(vm, control_plane)
         pods = _three_pods(control_plane, tag)
-        containers = _check_pods(vm, "systemd", pods)
+        containers = _check_pods(vm, "cgroupfs", pods)
         for k, p in pods.items():
-            path = pod_cgroup("systemd", k, p["metadata"]["uid"])
+            path = pod_cgroup("cgroupfs", k, p["metadata"]["uid"])
             assert read(vm, f"{path}/pids.max") == "256"
         memory, swap = meminfo(vm, "MemTotal"), meminfo(vm, "SwapTotal")
         assert swap > 0
@@ -327,39 +344,37 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
         _restart_agent(vm, control_plane)
 
 
-def _set_systemd_cgroup(vm: Machine, on: bool) -> None:
-    old, new = ("false", "true") if on else ("true", "false")
-    vm.check(["sed", "-i", f"s/SystemdCgroup = {old}/SystemdCgroup = {new}/", CONTAINERD_CONFIG])
-    vm.check("systemctl restart containerd", timeout=120)
+SAVED_CONTAINERD_CONFIG = "/root/provision/containerd-config.toml.orig"
+SYSTEMD_CGROUP = """
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
 
 
-def test_pod_cgroups_and_limits_with_the_cgroupfs_driver(
+def test_hierarchy_pod_cgroups_and_limits_with_the_systemd_driver(
     vm: Machine, control_plane: ControlPlane, guest_node: str
 ) -> None:
+    """containerd switched to runc's systemd cgroup driver (a config edit and a restart): the
+    agent learns it from the runtime and makes ``.slice`` units through systemd's D-Bus API."""
     del guest_node
-    assert "SystemdCgroup = true" in read(vm, CONTAINERD_CONFIG)
     control_plane.kubectl("delete", "pods", "--all", "--grace-period=1", "--wait=true",
                           "--timeout=90s", check=False)  # fmt: skip
-    tag = secrets.token_hex(3)
-    pods: dict[str, dict[str, Any]] = {}
-    _set_systemd_cgroup(vm, False)
+    assert "SystemdCgroup" not in read(vm, CONTAINERD_CONFIG)
+    vm.check(["cp", CONTAINERD_CONFIG, SAVED_CONTAINERD_CONFIG])
+    vm.check(["sh", "-c", f"cat >> {CONTAINERD_CONFIG}"], input=SYSTEMD_CGROUP.encode())
     try:
+        vm.check("systemctl restart containerd", timeout=120)
         _restart_agent(vm, control_plane)
-        wait_until(vm, f"test -d {CG}/kubepods/besteffort", timeout=60,
-                   what="the cgroupfs QoS hierarchy")  # fmt: skip
-        cpus = int(vm.check("nproc").strip())
-        assert read(vm, f"{CG}/kubepods/cpu.weight") == str(weight_of_shares(cpus * 1024))
-        assert read(vm, f"{CG}/kubepods/memory.max") == str(mem_total(vm))
-        pods = _three_pods(control_plane, tag)
-        containers = _check_pods(vm, "cgroupfs", pods)
-        for path in containers.values():
-            assert read(vm, f"{path}/memory.swap.max") == "0"
+        _check_hierarchy(vm, "systemd")
+        units = vm.check("systemctl list-units --type=slice --no-legend --plain 'kubepods*'")
+        assert "kubepods-burstable.slice" in units and "kubepods-besteffort.slice" in units
+        _pods_with_no_swap(vm, control_plane, "systemd")
     finally:
-        _delete(control_plane, *(p["metadata"]["name"] for p in pods.values()))
-        _set_systemd_cgroup(vm, True)
+        vm.check(["mv", SAVED_CONTAINERD_CONFIG, CONTAINERD_CONFIG])
+        vm.check("systemctl restart containerd", timeout=120)
         _restart_agent(vm, control_plane)
-        # The cgroupfs hierarchy this test made the agent create (the systemd driver's slices
-        # are the agent's again).
-        vm.run(f"find {CG}/kubepods -depth -type d -exec rmdir {{}} \\;")
-    for k, p in pods.items():
-        assert vm.run(f"test -e {pod_cgroup('cgroupfs', k, p['metadata']['uid'])}").rc != 0
+        # The slices this test made the agent create.
+        vm.run("systemctl stop kubepods-besteffort.slice kubepods-burstable.slice "
+               "kubepods.slice")  # fmt: skip
