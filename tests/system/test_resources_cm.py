@@ -287,7 +287,9 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
         memory, swap = meminfo(vm, "MemTotal"), meminfo(vm, "SwapTotal")
         assert swap > 0
         expected = int(32 * MIB / memory * swap)
-        assert read(vm, f"{containers['b']}/memory.swap.max") == str(expected)
+        # The kernel keeps the limit in pages: the file reads the value sent, rounded down.
+        page = int(vm.check("getconf PAGESIZE").strip())
+        assert read(vm, f"{containers['b']}/memory.swap.max") == str(expected // page * page)
         assert read(vm, f"{containers['g']}/memory.swap.max") == "0"
         assert read(vm, f"{containers['e']}/memory.swap.max") == "0"
         report = json.loads(
@@ -297,7 +299,8 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
         assert (row["request"], row["memory_capacity"], row["swap_capacity"]) == (
             32 * MIB, memory, swap,
         )  # fmt: skip
-        assert row["sent"] == row["runtime"] == row["cgroup"] == str(expected)
+        assert row["sent"] == row["runtime"] == str(expected)
+        assert row["cgroup"] == str(expected // page * page)
 
         # A Burstable container that fills its limit swaps (up to its swap limit), then is
         # OOM-killed when it asks for more. It fills a memory-backed emptyDir (tmpfs pages are
@@ -326,7 +329,7 @@ def test_limited_swap_formula_and_an_oom_kill_past_limit_and_swap(
             lambda p: "running" in _app_status(p).get("state", {}), timeout=120, what="Running",
         )  # fmt: skip
         path = container_cgroup(vm, running)
-        assert read(vm, f"{path}/memory.swap.max") == str(swap_limit)
+        assert read(vm, f"{path}/memory.swap.max") == str(swap_limit // page * page)
         wait_until(vm, f"[ $(cat {path}/memory.swap.current) -gt 0 ]", timeout=120,
                    what="the hog to swap")  # fmt: skip
         assert int(read(vm, f"{path}/memory.swap.current")) <= swap_limit
