@@ -98,6 +98,7 @@ class ContainerManager:
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
         self._swap: dict[str, dict[str, Any]] = {}
+        self._swap_lock = asyncio.Lock()
 
     @property
     def name(self) -> str:
@@ -240,14 +241,17 @@ class ContainerManager:
             await self._write_swap_state()
 
     async def _write_swap_state(self) -> None:
+        """One writer at a time, each writing the newest state: pod workers sync in parallel,
+        and two threads sharing the temporary file could leave an older state in place."""
         path = self._settings.swap_state
         if path is None:
             return
-        text = json.dumps({"pods": self._swap}, sort_keys=True)
-        try:
-            await asyncio.to_thread(_write_atomic, path, text)
-        except OSError as e:
-            self._log.error("Cannot write the swap report state", path=str(path), error=str(e))
+        async with self._swap_lock:
+            text = json.dumps({"pods": self._swap}, sort_keys=True)
+            try:
+                await asyncio.to_thread(_write_atomic, path, text)
+            except OSError as e:
+                self._log.error("Cannot write the swap report state", path=str(path), error=str(e))
 
     def _pod_cgroups(self, ops: CgroupDriverOps) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}

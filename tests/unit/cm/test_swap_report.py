@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -103,3 +104,24 @@ def test_swap_capacity_from_meminfo(tmp_path: Path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 2000 kB\nSwapTotal:     262140 kB\n")
     assert swap_capacity(meminfo) == 262140 * 1024
+
+
+async def test_parallel_pod_syncs_leave_every_pod_in_the_swap_state(tmp_path: Path) -> None:
+    state = tmp_path / "swap-state.json"
+
+    async def driver() -> CgroupDriver:
+        return "cgroupfs"
+
+    for _ in range(10):  # the race the lock prevents is not hit every time
+        state.unlink(missing_ok=True)
+        cm = ContainerManager(
+            settings=CmSettings(
+                enabled=False,
+                swap=SwapInputs(behavior="NoSwap", cgroup_v2=True, controller=True),
+                swap_state=state,
+            ),
+            driver=driver,
+        )
+        pods = [pod(f"p{i}", uid=f"uid-{i}") for i in range(8)]
+        await asyncio.gather(*(cm.ensure_pod(p) for p in pods))
+        assert sorted(json.loads(state.read_text())["pods"]) == sorted(p.uid for p in pods)
