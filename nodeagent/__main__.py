@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from nodeagent import __version__, cgroups, config
+from nodeagent.cm import cli as swap_cli
+from nodeagent.cm.host import fail_swap_on_refusal
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
 from nodeagent.nodeshutdown import cli as shutdown_cli
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy_cli.register(sub)
     shutdown_cli.register(sub)
     stats_cli.register(sub)
+    swap_cli.register(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_version)
@@ -78,6 +81,14 @@ def _run(args: argparse.Namespace) -> int:
     )
     if refusal:
         print(f"nodeagent: {refusal}", file=sys.stderr)
+        return EXIT_FAILURE
+    if swap_refusal := fail_swap_on_refusal(cfg.kubelet.fail_swap_on):
+        # The kubelet's words, then what to change here (kubelet.failSwapOn is the flag).
+        print(
+            f"nodeagent: {swap_refusal} (kubelet.failSwapOn is true: set kubelet.failSwapOn: "
+            "false to run with swap on)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     log.setup(verbosity=cfg.kubelet.logging.verbosity, environ=os.environ)
     if not v2:

@@ -75,7 +75,14 @@ _RULES = """\
   kubelet accepts the combination but then either refuses to start (swap on) or never gives
   pods swap (swap off); nodeagent reports it as a configuration error instead.
 - `kubelet.enforceNodeAllocatable` needs `cgroupsPerQOS: true` (or `[]`/`[none]`);
-  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup`.
+  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup`, and
+  are refused for now: nodeagent enforces allocatable on `kubepods` only (`pods`).
+- `kubelet.failSwapOn: true` (the kubelet's default) refuses to start when `/proc/swaps` lists
+  any swap, with the kubelet's message. The packaged `/etc/nodeagent/config.yaml` sets
+  `failSwapOn: false` (as kubeadm configs do on nodes that keep swap): a node with a swap file
+  starts, and pods still get none (`NoSwap`: `memory.swap.max` 0 for every container).
+- `kubelet.qosReserved` (the kubelet's QoS memory reservations, behind the alpha
+  `QOSReserved` gate) is not implemented: the field is refused as unknown.
 - `kubelet.tlsCertFile` and `tlsPrivateKeyFile` are set together or not at all.
 - `proxy.minSyncPeriod` must be <= `proxy.syncPeriod`.
 - A non-empty file must have `apiVersion: nodeagent.io/v1alpha1` and

@@ -285,6 +285,13 @@ class KubeletConfiguration(Section, frozen=True):
         ),
     ] = field(name="psiContentionConditions", default=False)
     fail_swap_on: Annotated[bool, doc("Refuse to start when swap is on.")] = True
+    single_process_oom_kill: Annotated[
+        bool,
+        doc(
+            "cgroup v2: OOM-kill only the process that ran out, not the whole container "
+            "(`memory.oom.group` 0)."
+        ),
+    ] = field(name="singleProcessOOMKill", default=False)
     memory_swap: MemorySwapConfiguration = MemorySwapConfiguration()
     # --- graceful node shutdown -----------------------------------------------------------
     shutdown_grace_period: Annotated[

@@ -286,6 +286,14 @@ def _enforcement(k: KubeletConfiguration, out: Findings) -> None:
             )
         elif level == "kube-reserved" and not k.kube_reserved_cgroup:
             out.add(_p("kubeReservedCgroup"), f'must be set when {path} contains "kube-reserved"')
+        if level in ("system-reserved", "kube-reserved"):
+            # The container manager enforces allocatable on kubepods only (issue 14).
+            out.add(
+                item(path, i),
+                f'{show(level)} is not enforced by nodeagent yet (only "pods": allocatable '
+                "on the kubepods cgroup); remove it",
+                level,
+            )
     if not k.cgroups_per_qos and levels and levels != ("none",):
         out.add(
             path,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.cm.policy import OOM_GROUP_FILE, container_swap
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.env import (
@@ -125,6 +126,15 @@ def linux_resources(
         period = settings.cpu_cfs_quota_period_us
         resources.cpu_quota = milli_cpu_to_quota(cpu_limit, period)
         resources.cpu_period = period
+    if settings.cgroup_v2:
+        if not settings.single_process_oom_kill:
+            resources.unified[OOM_GROUP_FILE] = "1"
+        try:
+            resources.unified.update(container_swap(pod, container, settings.swap).unified)
+        except (ValueError, ArithmeticError) as e:
+            raise ContainerConfigError(
+                f"invalid resources of container {container.name}: {e}"
+            ) from e
     return resources
 
 

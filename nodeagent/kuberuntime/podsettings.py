@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from nodeagent.cm.policy import SwapInputs
+
 CgroupDriver = Literal["cgroupfs", "systemd"]
 
 
@@ -47,6 +49,11 @@ class PodRuntimeSettings:
     runtime_handler: str = ""
     seccomp_default: bool = False
     """``kubelet.seccompDefault``: containers without a seccompProfile get RuntimeDefault."""
+    single_process_oom_kill: bool = False
+    """``kubelet.singleProcessOOMKill``: without it (cgroup v2) a container's processes are
+    OOM-killed together (``memory.oom.group`` 1)."""
+    swap: SwapInputs = field(default_factory=SwapInputs)
+    """``memorySwap.swapBehavior`` and the node's memory, swap and swap controller."""
 
     def pod_log_dir(self, *, namespace: str, name: str, uid: str) -> str:
         """``/var/log/pods/<namespace>_<name>_<uid>``."""

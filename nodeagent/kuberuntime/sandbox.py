@@ -16,7 +16,7 @@ from cri_protos.runtime.v1 import api_pb2 as api
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.dns import kernel_hostname, pod_dns
-from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.pods.qos import QOSClass, pod_qos_class
 from nodeagent.podspec import Pod
 
@@ -52,14 +52,25 @@ def pod_cgroup_name(pod: Pod, *, cgroups_per_qos: bool, cgroup_root: str) -> lis
     return [*root, KUBEPODS, *tier, f"{POD_CGROUP_PREFIX}{pod.uid}"]
 
 
+def cgroup_path(parts: list[str], driver: CgroupDriver) -> str:
+    """A cgroup name as a path below the cgroup mount: ``/kubepods/burstable/pod<uid>``
+    (cgroupfs) or the expanded systemd slice path."""
+    if driver == "systemd":
+        return _to_systemd(parts)
+    return "/" + "/".join(parts)
+
+
+def root_cgroup_name(cgroup_root: str) -> list[str]:
+    """``cgroupRoot`` as a ``CgroupName`` (``/`` -> ``[]``)."""
+    return _root_parts(cgroup_root)
+
+
 def pod_cgroup_parent(pod: Pod, settings: PodRuntimeSettings) -> str:
     """``/kubepods/burstable/pod<uid>`` (cgroupfs) or the expanded systemd slice path."""
     parts = pod_cgroup_name(
         pod, cgroups_per_qos=settings.cgroups_per_qos, cgroup_root=settings.cgroup_root
     )
-    if settings.cgroup_driver == "systemd":
-        return _to_systemd(parts)
-    return "/" + "/".join(parts)
+    return cgroup_path(parts, settings.cgroup_driver)
 
 
 def port_mappings(pod: Pod) -> list[cri.PortMapping]:

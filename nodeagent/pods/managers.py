@@ -17,6 +17,9 @@ from typing import Any
 from nodeagent import cgroups
 from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
+from nodeagent.cm.host import swap_capacity, swap_controller_present
+from nodeagent.cm.manager import ContainerManager, container_manager
+from nodeagent.cm.policy import SwapInputs
 from nodeagent.config import Config
 from nodeagent.events import EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
@@ -70,6 +73,8 @@ def runtime_settings(
     container_logs_dir: str = "/var/log/containers",
 ) -> PodRuntimeSettings:
     k = config.kubelet
+    v2 = cgroups.host_cgroup_fs() == "cgroup2"
+    memory = memory_capacity if memory_capacity is not None else _memory_bytes()
     return PodRuntimeSettings(
         node_name=node_name,
         root_dir=config.node.root_dir,
@@ -82,10 +87,18 @@ def runtime_settings(
         cgroup_driver=k.cgroup_driver,
         cgroups_per_qos=k.cgroups_per_qos,
         cgroup_root=k.cgroup_root or "/",
-        cgroup_v2=cgroups.host_cgroup_fs() == "cgroup2",
-        memory_capacity=memory_capacity if memory_capacity is not None else _memory_bytes(),
+        cgroup_v2=v2,
+        memory_capacity=memory,
         runtime_name="containerd",
         seccomp_default=k.seccomp_default,
+        single_process_oom_kill=k.single_process_oom_kill,
+        swap=SwapInputs(
+            behavior=k.memory_swap.swap_behavior,
+            cgroup_v2=v2,
+            controller=v2 and swap_controller_present(),
+            memory_capacity=memory,
+            swap_capacity=swap_capacity(),
+        ),
     )
 
 
@@ -104,6 +117,7 @@ class PodManagers:
     workers: PodWorkers
     podsync: PodSync
     services_cache: WatchCache | None = None
+    cm: ContainerManager | None = None
 
     async def evict(self, pod: Pod, eviction: Eviction) -> None:
         """The eviction manager's terminator (see :func:`evict_pod`)."""
@@ -147,6 +161,7 @@ class PodManagers:
         mirrors = [self.mirrors] if self.mirrors is not None else []
         return [
             self.connection,
+            *([self.cm] if self.cm is not None else []),
             *api_side,
             self.static_pods,
             self.sync_loop,
@@ -253,6 +268,7 @@ def pod_managers(
         allocatable_memory=allocatable_memory,
     )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
+    cm = container_manager(config, settings=settings, driver=connection.cgroup_driver)
     sync_events = SyncEvents()
     prober = ProberManager(
         io=ProbeIO(
@@ -282,6 +298,7 @@ def pod_managers(
         events=events,
         volumes=volumes,
         probes=prober,
+        cgroups=cm,
     )
     workers = PodWorkers(syncer=podsync)
     pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
@@ -338,4 +355,5 @@ def pod_managers(
         workers=workers,
         podsync=podsync,
         services_cache=services_cache,
+        cm=cm,
     )

@@ -78,6 +78,16 @@ class EnvSource(Protocol):
     async def inputs(self, pod: Pod) -> EnvInputs: ...
 
 
+class PodCgroups(Protocol):
+    """The container manager's part in a pod's life (``nodeagent.cm``)."""
+
+    async def ensure_pod(self, pod: Pod) -> None: ...
+
+    async def remove_pod(self, uid: str) -> None: ...
+
+    async def clean_orphans(self, keep: Callable[[str], bool]) -> None: ...
+
+
 class ApiEnvSource:
     """ConfigMaps and Secrets a pod's environment reads, fetched from the API when needed;
     Services from a cache; the node's IPs and allocatable from callables."""
@@ -201,11 +211,14 @@ class PodSync:
         events: ObjectEventSink | None = None,
         volumes: VolumeManager | None = None,
         probes: PodProbes | None = None,
+        cgroups: PodCgroups | None = None,
         log: Logger | None = None,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
-        fails with ``CreateContainerConfigError``."""
+        fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
+        cgroups created before the sandbox, removed after it)."""
         self._runtime = runtime
+        self._cgroups = cgroups
         self._volumes = volumes
         self._probes: PodProbes = probes or NoProbes()
         self._status = status
@@ -275,6 +288,8 @@ class PodSync:
         state = await self._runtime.pod_state(pod.uid)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
+        if self._cgroups is not None:
+            await self._cgroups.ensure_pod(pod)
         volumes = None
         if self._volumes is not None:
             volumes = await self._volumes.set_up(pod)
@@ -331,6 +346,7 @@ class PodSync:
         state = await self._runtime.pod_state(pod.uid)
         self._report(pod, state, terminal=True)
         await self.tear_down_volumes(pod.uid, keep_pod_dir=True)
+        await self._remove_cgroup(pod.uid)
         self._probes.remove_pod(pod.uid)
         if pod.deleted:
             self._status.delete_pod(pod)
@@ -338,6 +354,7 @@ class PodSync:
     async def cleanup_pod(self, pod: Pod) -> None:
         await self.remove_runtime_pod(pod.uid)
         await self.tear_down_volumes(pod.uid)
+        await self._remove_cgroup(pod.uid)
         self._probes.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status_overrides.pop(pod.uid, None)
@@ -366,6 +383,17 @@ class PodSync:
         await self._runtime.remove_pod(state)
         self._runtime.forget(uid)
         await self.tear_down_volumes(uid)
+        await self._remove_cgroup(uid)
+
+    async def _remove_cgroup(self, uid: str) -> None:
+        """The pod's cgroup goes once its containers are stopped (the kubelet's
+        ``SyncTerminatedPod``); a failure is logged and left to housekeeping."""
+        if self._cgroups is None:
+            return
+        try:
+            await self._cgroups.remove_pod(uid)
+        except Exception as e:
+            self._log.error("Failed to remove the pod's cgroup", pod_uid=uid, error=str(e))
 
     async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
         """Unmount and remove the pod's volumes (its containers are gone), and its directory
@@ -377,3 +405,5 @@ class PodSync:
         """Tear down the directories of pods ``keep`` rejects (housekeeping)."""
         if self._volumes is not None:
             await self._volumes.clean_orphans(keep)
+        if self._cgroups is not None:
+            await self._cgroups.clean_orphans(keep)

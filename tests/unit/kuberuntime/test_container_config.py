@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.cm.policy import SwapInputs
 from nodeagent.kuberuntime.container import build_container_config
 from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, expand
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
@@ -294,6 +296,33 @@ def test_resources_become_linux_container_resources(
     r = build(p).linux.resources
     assert r.cpu_period == 100000
     assert (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes, r.oom_score_adj) == expected
+
+
+def test_cgroup_v2_containers_get_oom_group_and_their_swap_limit() -> None:
+    """The kubelet on cgroup v2: ``memory.oom.group`` 1 unless ``singleProcessOOMKill``, and
+    ``memory.swap.max`` (LimitedSwap: request / memory x swap for Burstable, else 0)."""
+    swap = SwapInputs(
+        behavior="LimitedSwap", cgroup_v2=True, controller=True,
+        memory_capacity=16 * GiB, swap_capacity=GiB,
+    )  # fmt: skip
+    v2 = dataclasses.replace(SETTINGS, cgroup_v2=True, swap=swap)
+    burstable = pod(
+        containers=[container("app", requests={"memory": "1Gi"}, limits={"memory": "2Gi"})]
+    )
+    r = build_container_config(
+        burstable, burstable.spec.containers[0], image_ref="sha256:abc", restart_count=0,
+        settings=v2, inputs=INPUTS,
+    ).linux.resources  # fmt: skip
+    assert dict(r.unified) == {"memory.oom.group": "1", "memory.swap.max": str(GiB // 16)}
+    single = dataclasses.replace(v2, single_process_oom_kill=True)
+    besteffort = pod(containers=[container("app")])
+    r = build_container_config(
+        besteffort, besteffort.spec.containers[0], image_ref="sha256:abc", restart_count=0,
+        settings=single, inputs=INPUTS,
+    ).linux.resources  # fmt: skip
+    assert dict(r.unified) == {"memory.swap.max": "0"}
+    # cgroup v1 (this CI host): nothing in unified, as before.
+    assert dict(build(burstable).linux.resources.unified) == {}
 
 
 def test_security_context_container_overrides_pod() -> None:

@@ -17,7 +17,7 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.sync import ApiEnvSource, PodCgroups, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.prober import ProbeIO, ProberManager
@@ -98,6 +98,7 @@ async def running_stack(
     volumes: VolumeManager | None = None,
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    cgroups: PodCgroups | None = None,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -138,6 +139,7 @@ async def running_stack(
         events=events,
         volumes=volumes,
         probes=prober,
+        cgroups=cgroups,
     )
     workers = PodWorkers(syncer=podsync)
     pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)

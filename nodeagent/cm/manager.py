@@ -1,0 +1,342 @@
+"""The container manager: the kubelet's QoS cgroup hierarchy and pod cgroups on cgroup v2.
+
+At start (and again before the first pod if that failed) it creates ``kubepods`` with node
+allocatable enforced on it, ``kubepods/burstable`` and ``kubepods/besteffort`` (systemd
+driver: ``kubepods.slice``, ``kubepods-burstable.slice``, ``kubepods-besteffort.slice``)
+through the driver the runtime uses. Before a pod's sandbox is created, :meth:`ensure_pod`
+updates the Burstable weight (the sum of the Burstable pods' cpu requests) and creates the
+pod's cgroup with its limits; :meth:`remove_pod` removes it once the pod's containers and
+sandbox are gone; :meth:`clean_orphans` (housekeeping) removes pod cgroups no pod owns.
+
+On a cgroup v1 host, or with ``cgroupsPerQOS: false``, it does nothing: the runtime creates
+the pod's cgroup as before (the kubelet's v1 maintenance mode is not rebuilt here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nodeagent.cm.cgroupfs import CgroupFs
+from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
+from nodeagent.cm.policy import (
+    NodeResources,
+    ResourceConfig,
+    SwapInputs,
+    container_swap,
+    pod_resource_config,
+    qos_resource_configs,
+    reserved_from,
+)
+from nodeagent.config import Config
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
+from nodeagent.kuberuntime.sandbox import (
+    KUBEPODS,
+    POD_CGROUP_PREFIX,
+    pod_cgroup_name,
+    root_cgroup_name,
+)
+from nodeagent.log import Logger, get_logger
+from nodeagent.pods.qos import pod_qos_class
+from nodeagent.podspec import Pod
+from nodeagent.systemd.dbus import SystemdBus
+
+SETUP_RETRY: Final = 10.0
+SWAP_STATE_FILE: Final = "swap-state.json"
+QOS_TIERS: Final = ("burstable", "besteffort")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CmSettings:
+    enabled: bool
+    """cgroup v2 and ``cgroupsPerQOS``."""
+    cgroup_root: list[str] = field(default_factory=list)
+    cgroup_root_text: str = "/"
+    node: NodeResources = field(default_factory=lambda: NodeResources(milli_cpu=0, memory=0))
+    enforce_pods: bool = True
+    pod_pids_limit: int = -1
+    cpu_cfs_quota: bool = True
+    cpu_period: int = 100_000
+    swap: SwapInputs = field(default_factory=SwapInputs)
+    swap_state: Path | None = None
+    """Where each container's swap decision is written for ``nodeagent swap report``."""
+
+
+def read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class ContainerManager:
+    def __init__(
+        self,
+        *,
+        settings: CmSettings,
+        driver: Callable[[], Awaitable[CgroupDriver]],
+        fs: CgroupFs | None = None,
+        bus: Callable[[], SystemdBus] = SystemdBus,
+        log: Logger | None = None,
+    ) -> None:
+        self._settings = settings
+        self._driver = driver
+        self._fs = fs or CgroupFs()
+        self._bus = bus
+        self._log = log or get_logger("cm")
+        self._ops: CgroupDriverOps | None = None
+        self._lock = asyncio.Lock()
+        self._pods: dict[str, Pod] = {}
+        self._applied: dict[str, ResourceConfig] = {}
+        self._names: dict[str, list[str]] = {}
+        self._burstable: ResourceConfig | None = None
+        self._swap: dict[str, dict[str, Any]] = {}
+        self._swap_lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return "cm"
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.enabled
+
+    @property
+    def driver(self) -> CgroupDriverOps | None:
+        return self._ops
+
+    async def run(self) -> None:
+        if not self.enabled:
+            await asyncio.Event().wait()
+        while True:
+            try:
+                await self.setup()
+                break
+            except Exception as e:
+                self._log.error(
+                    "Failed to create the QoS cgroup hierarchy; will retry",
+                    error=str(e),
+                    retry_in_s=SETUP_RETRY,
+                )
+                await asyncio.sleep(SETUP_RETRY)
+        await asyncio.Event().wait()
+
+    def _qos_name(self, tier: str | None) -> list[str]:
+        base = [*self._settings.cgroup_root, KUBEPODS]
+        return base if tier is None else [*base, tier]
+
+    async def setup(self) -> CgroupDriverOps:
+        """Create the QoS hierarchy once (idempotent); returns the driver in use."""
+        async with self._lock:
+            if self._ops is not None:
+                return self._ops
+            driver = await self._driver()
+            ops: CgroupDriverOps = (
+                SystemdDriver(self._fs, self._bus())
+                if driver == "systemd"
+                else CgroupfsDriver(self._fs)
+            )
+            s = self._settings
+            configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+            for parts in _ancestors(s.cgroup_root):
+                await ops.ensure(parts, None)
+            await ops.ensure(self._qos_name(None), configs.kubepods)
+            await ops.ensure(self._qos_name("burstable"), configs.burstable)
+            await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
+            self._burstable = configs.burstable
+            self._ops = ops
+            self._log.info(
+                "Created the QoS cgroup hierarchy",
+                cgroup_driver=driver,
+                kubepods=ops.path(self._qos_name(None)),
+                **{f"kubepods_{k}": v for k, v in configs.kubepods.files().items()},
+            )
+            return ops
+
+    async def _update_qos(self, ops: CgroupDriverOps) -> None:
+        s = self._settings
+        configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+        if configs.burstable != self._burstable:
+            await ops.ensure(self._qos_name("burstable"), configs.burstable)
+            self._burstable = configs.burstable
+
+    def pod_config(self, pod: Pod) -> ResourceConfig:
+        s = self._settings
+        return pod_resource_config(
+            pod,
+            cpu_period=s.cpu_period,
+            cpu_cfs_quota=s.cpu_cfs_quota,
+            pod_pids_limit=s.pod_pids_limit,
+        )
+
+    async def ensure_pod(self, pod: Pod) -> None:
+        """The pod's cgroup exists with its limits (before its sandbox is created)."""
+        await self._record_swap(pod)
+        if not self.enabled:
+            return
+        ops = await self.setup()
+        config = self.pod_config(pod)
+        self._pods[pod.uid] = pod
+        await self._update_qos(ops)
+        if self._applied.get(pod.uid) == config:
+            return
+        parts = pod_cgroup_name(
+            pod, cgroups_per_qos=True, cgroup_root=self._settings.cgroup_root_text
+        )
+        await ops.ensure(parts, config)
+        self._applied[pod.uid] = config
+        self._names[pod.uid] = parts
+        self._log.v(4).info(
+            "Pod cgroup applied",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            cgroup=ops.path(parts),
+        )
+
+    async def remove_pod(self, uid: str) -> None:
+        """Remove the pod's cgroup: its containers and sandbox are gone."""
+        if self._swap.pop(uid, None) is not None:
+            await self._write_swap_state()
+        if not self.enabled or self._ops is None:
+            return
+        ops = self._ops
+        parts = self._names.get(uid) or self._find(ops, uid)
+        self._pods.pop(uid, None)
+        self._applied.pop(uid, None)
+        await self._update_qos(ops)
+        if parts is None:
+            return
+        if await ops.remove(parts):
+            self._log.v(4).info("Pod cgroup removed", pod_uid=uid, cgroup=ops.path(parts))
+        self._names.pop(uid, None)
+
+    async def _record_swap(self, pod: Pod) -> None:
+        """Each container's ``memory.swap.max`` decision (the same one the container's CRI
+        config carries) for ``nodeagent swap report``."""
+        if self._settings.swap_state is None:
+            return
+        containers = {}
+        for c in (*pod.spec.init_containers, *pod.spec.containers):
+            try:
+                decision = container_swap(pod, c, self._settings.swap)
+            except (ValueError, ArithmeticError):
+                continue
+            containers[c.name] = dataclasses.asdict(decision)
+        entry = {
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "qos": pod_qos_class(pod).value,
+            "containers": containers,
+        }
+        if self._swap.get(pod.uid) != entry:
+            self._swap[pod.uid] = entry
+            await self._write_swap_state()
+
+    async def _write_swap_state(self) -> None:
+        """One writer at a time, each writing the newest state: pod workers sync in parallel,
+        and two threads sharing the temporary file could leave an older state in place."""
+        path = self._settings.swap_state
+        if path is None:
+            return
+        async with self._swap_lock:
+            text = json.dumps({"pods": self._swap}, sort_keys=True)
+            try:
+                await asyncio.to_thread(_write_atomic, path, text)
+            except OSError as e:
+                self._log.error("Cannot write the swap report state", path=str(path), error=str(e))
+
+    def _pod_cgroups(self, ops: CgroupDriverOps) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for tier in (None, *QOS_TIERS):
+            parent = self._qos_name(tier)
+            for child in self._fs.children(ops.path(parent)):
+                uid = ops.pod_uid(child)
+                if uid is not None:
+                    found[uid] = [*parent, f"{POD_CGROUP_PREFIX}{uid}"]
+        return found
+
+    def _find(self, ops: CgroupDriverOps, uid: str) -> list[str] | None:
+        return self._pod_cgroups(ops).get(uid)
+
+    async def clean_orphans(self, keep: Callable[[str], bool]) -> None:
+        """Remove the cgroups of pods ``keep`` rejects (the kubelet's
+        ``cleanupOrphanedPodCgroups`` at housekeeping)."""
+        if not self.enabled or self._ops is None:
+            return
+        ops = self._ops
+        found = await asyncio.to_thread(self._pod_cgroups, ops)
+        for uid, parts in found.items():
+            if keep(uid) or uid in self._pods:
+                continue
+            self._log.info("Removing orphaned pod cgroup", pod_uid=uid, cgroup=ops.path(parts))
+            try:
+                await ops.remove(parts)
+            except Exception as e:
+                self._log.error("Failed to remove orphaned pod cgroup", pod_uid=uid, error=str(e))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _ancestors(root: list[str]) -> list[list[str]]:
+    return [root[: i + 1] for i in range(len(root))]
+
+
+def node_resources(
+    *, num_cpus: int, memory: int, kube_reserved: dict[str, int], pid_max: int | None = None
+) -> NodeResources:
+    return NodeResources(
+        milli_cpu=num_cpus * 1000,
+        memory=memory,
+        pids=pid_max,
+        reserved_milli_cpu=kube_reserved.get("cpu", 0),
+        reserved_memory=kube_reserved.get("memory", 0),
+        reserved_pids=kube_reserved.get("pid", 0),
+    )
+
+
+def online_cpus() -> int:
+    return len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
+
+
+def container_manager(
+    config: Config,
+    *,
+    settings: PodRuntimeSettings,
+    driver: Callable[[], Awaitable[CgroupDriver]],
+    num_cpus: int | None = None,
+) -> ContainerManager:
+    """The container manager for ``config`` on this host (inactive on cgroup v1 or with
+    ``cgroupsPerQOS: false``)."""
+    k = config.kubelet
+    reserved = reserved_from(k.kube_reserved, k.system_reserved)
+    cm_settings = CmSettings(
+        enabled=settings.cgroup_v2 and k.cgroups_per_qos,
+        cgroup_root=root_cgroup_name(settings.cgroup_root),
+        cgroup_root_text=settings.cgroup_root,
+        node=node_resources(
+            num_cpus=num_cpus if num_cpus is not None else online_cpus(),
+            memory=settings.memory_capacity,
+            kube_reserved=reserved,
+            pid_max=read_pid_max(),
+        ),
+        enforce_pods="pods" in k.enforce_node_allocatable,
+        pod_pids_limit=k.pod_pids_limit,
+        cpu_cfs_quota=settings.cpu_cfs_quota,
+        cpu_period=settings.cpu_cfs_quota_period_us,
+        swap=settings.swap,
+        swap_state=Path(config.node.root_dir) / SWAP_STATE_FILE,
+    )
+    return ContainerManager(settings=cm_settings, driver=driver)

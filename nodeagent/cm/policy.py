@@ -1,0 +1,350 @@
+"""The container manager's decisions, as the kubelet makes them on cgroup v2. Pure functions.
+
+- :func:`shares_to_weight`: ``cpu.shares`` (the CRI and cgroup v1 unit) to cgroup v2
+  ``cpu.weight``, the kubelet's ``CpuSharesToCpuWeight`` (1 + (shares - 2) * 9999 / 262142).
+- :func:`pod_resource_config`: the pod cgroup's limits (``ResourceConfigForPod``):
+  ``cpu.weight`` from the pod's cpu requests, ``cpu.max`` when every container limits cpu,
+  ``memory.max`` when every container limits memory, ``pids.max`` from ``podPidsLimit``; a
+  BestEffort pod gets the minimal weight and no limits.
+- :func:`qos_resource_configs`: ``kubepods`` (node allocatable when ``enforceNodeAllocatable``
+  has ``pods``, else capacity), ``kubepods/burstable`` (the sum of the Burstable pods' cpu
+  requests as shares) and ``kubepods/besteffort`` (the minimal shares).
+- :func:`container_swap`: ``memory.swap.max`` of one container (``NoSwap``: 0;
+  ``LimitedSwap``: request / node memory x node swap for Burstable, non-critical containers
+  whose memory request differs from their limit), with the formula's inputs for the report.
+- :func:`swap_on_refusal`: ``failSwapOn`` against ``/proc/swaps``, with the kubelet's text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from nodeagent.pods.qos import QOSClass, is_critical_pod, pod_qos_class
+from nodeagent.podspec import Container, Pod
+from nodeagent.quantity import milli_value, value
+
+MIN_SHARES: Final = 2
+MAX_SHARES: Final = 262144
+SHARES_PER_CPU: Final = 1024
+MIN_QUOTA_PERIOD: Final = 1000
+MAX_WEIGHT: Final = 10000
+SWAP_MAX_FILE: Final = "memory.swap.max"
+OOM_GROUP_FILE: Final = "memory.oom.group"
+NO_SWAP: Final = "NoSwap"
+LIMITED_SWAP: Final = "LimitedSwap"
+SWAP_REFUSAL: Final = (
+    "running with swap on is not supported, please disable swap! or set --fail-swap-on flag "
+    "to false. /proc/swaps contained: "
+)
+
+SwapBehavior = Literal["NoSwap", "LimitedSwap"]
+
+
+def milli_cpu_to_shares(milli_cpu: int) -> int:
+    if milli_cpu == 0:
+        return MIN_SHARES
+    return max(MIN_SHARES, min(MAX_SHARES, milli_cpu * SHARES_PER_CPU // 1000))
+
+
+def milli_cpu_to_quota(milli_cpu: int, period: int) -> int:
+    if milli_cpu == 0:
+        return 0
+    return max(MIN_QUOTA_PERIOD, milli_cpu * period // 1000)
+
+
+def shares_to_weight(shares: int) -> int:
+    """cgroup v1 ``cpu.shares`` [2, 262144] to v2 ``cpu.weight`` [1, 10000]."""
+    if shares == 0:
+        return 0
+    shares = max(MIN_SHARES, min(MAX_SHARES, shares))
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceConfig:
+    """What one cgroup gets; None leaves the file at the kernel's default (``max``)."""
+
+    cpu_shares: int | None = None
+    cpu_quota: int | None = None  # microseconds per period; None = no quota ("max")
+    cpu_period: int | None = None
+    memory_max: int | None = None
+    pids_max: int | None = None
+    memory_min: int | None = None
+
+    @property
+    def cpu_weight(self) -> int | None:
+        return None if self.cpu_shares is None else shares_to_weight(self.cpu_shares)
+
+    def files(self) -> dict[str, str]:
+        """The cgroup v2 interface files and their contents."""
+        out: dict[str, str] = {}
+        if (weight := self.cpu_weight) is not None:
+            out["cpu.weight"] = str(weight)
+        if self.cpu_period is not None:
+            quota = "max" if self.cpu_quota is None else str(self.cpu_quota)
+            out["cpu.max"] = f"{quota} {self.cpu_period}"
+        out["memory.max"] = "max" if self.memory_max is None else str(self.memory_max)
+        if self.pids_max is not None:
+            out["pids.max"] = str(self.pids_max)
+        return out
+
+
+def _is_sidecar(container: Container) -> bool:
+    return container.restart_policy == "Always"
+
+
+def _request(container: Container, name: str) -> str | int | float | None:
+    """The request as the apiserver defaults it: the limit when only that is set."""
+    res = container.resources
+    return res.requests.get(name, res.limits.get(name))
+
+
+def _effective(pod: Pod, amount: Mapping[str, int]) -> int:
+    """``PodRequests``/``PodLimits``: app containers plus sidecars, or the largest init
+    container plus the sidecars started before it, whichever is larger; plus overhead."""
+    spec = pod.spec
+    sidecars = 0
+    init_peak = 0
+    for c in spec.init_containers:
+        if _is_sidecar(c):
+            sidecars += amount.get(c.name, 0)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount.get(c.name, 0))
+    apps = sum(amount.get(c.name, 0) for c in spec.containers) + sidecars
+    return max(apps, init_peak)
+
+
+def _all_containers(pod: Pod) -> tuple[Container, ...]:
+    return (*pod.spec.init_containers, *pod.spec.containers)
+
+
+def pod_resource_config(
+    pod: Pod, *, cpu_period: int = 100_000, cpu_cfs_quota: bool = True, pod_pids_limit: int = -1
+) -> ResourceConfig:
+    """The pod cgroup's resources (the kubelet's ``ResourceConfigForPod``)."""
+    overhead = pod.spec.overhead
+    cpu_req: dict[str, int] = {}
+    cpu_lim: dict[str, int] = {}
+    mem_lim: dict[str, int] = {}
+    cpu_declared = mem_declared = True
+    for c in _all_containers(pod):
+        raw = _request(c, "cpu")
+        cpu_req[c.name] = milli_value(raw) if raw is not None else 0
+        if "cpu" in c.resources.limits:
+            cpu_lim[c.name] = milli_value(c.resources.limits["cpu"])
+        else:
+            cpu_declared = False
+        if "memory" in c.resources.limits:
+            mem_lim[c.name] = value(c.resources.limits["memory"])
+        else:
+            mem_declared = False
+    milli_request = _effective(pod, cpu_req) + (
+        milli_value(overhead["cpu"]) if "cpu" in overhead else 0
+    )
+    milli_limit = _effective(pod, cpu_lim) + (
+        milli_value(overhead["cpu"]) if "cpu" in overhead else 0
+    )
+    memory_limit = _effective(pod, mem_lim) + (
+        value(overhead["memory"]) if "memory" in overhead else 0
+    )
+    pids = pod_pids_limit if pod_pids_limit > 0 else None
+    qos = pod_qos_class(pod)
+    period = cpu_period if cpu_cfs_quota else None
+    if qos is QOSClass.GUARANTEED:
+        return ResourceConfig(
+            cpu_shares=milli_cpu_to_shares(milli_request),
+            cpu_quota=milli_cpu_to_quota(milli_limit, cpu_period) if cpu_cfs_quota else None,
+            cpu_period=period,
+            memory_max=memory_limit,
+            pids_max=pids,
+        )
+    if qos is QOSClass.BURSTABLE:
+        quota = None
+        if cpu_cfs_quota and cpu_declared and milli_limit > 0:
+            quota = milli_cpu_to_quota(milli_limit, cpu_period)
+        return ResourceConfig(
+            cpu_shares=milli_cpu_to_shares(milli_request),
+            cpu_quota=quota,
+            cpu_period=period,
+            memory_max=memory_limit if mem_declared and memory_limit > 0 else None,
+            pids_max=pids,
+        )
+    return ResourceConfig(cpu_shares=MIN_SHARES, cpu_period=period, pids_max=pids)
+
+
+def pod_cpu_request_milli(pod: Pod) -> int:
+    amount = {}
+    for c in _all_containers(pod):
+        raw = _request(c, "cpu")
+        amount[c.name] = milli_value(raw) if raw is not None else 0
+    overhead = pod.spec.overhead
+    return _effective(pod, amount) + (milli_value(overhead["cpu"]) if "cpu" in overhead else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeResources:
+    """Capacity and the reservations, in milli-cpu, bytes and pids."""
+
+    milli_cpu: int
+    memory: int
+    pids: int | None = None
+    reserved_milli_cpu: int = 0
+    reserved_memory: int = 0
+    reserved_pids: int = 0
+
+    def allocatable(self) -> NodeResources:
+        return NodeResources(
+            milli_cpu=max(0, self.milli_cpu - self.reserved_milli_cpu),
+            memory=max(0, self.memory - self.reserved_memory),
+            pids=None if self.pids is None else max(0, self.pids - self.reserved_pids),
+        )
+
+
+def reserved_from(*reservations: Mapping[str, str]) -> dict[str, int]:
+    """``kubeReserved`` + ``systemReserved`` as milli-cpu, memory bytes and pids."""
+    out = {"cpu": 0, "memory": 0, "pid": 0}
+    for r in reservations:
+        if "cpu" in r:
+            out["cpu"] += milli_value(r["cpu"])
+        if "memory" in r:
+            out["memory"] += value(r["memory"])
+        if "pid" in r:
+            out["pid"] += value(r["pid"])
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class QosConfigs:
+    kubepods: ResourceConfig
+    burstable: ResourceConfig
+    besteffort: ResourceConfig
+
+
+def kubepods_config(node: NodeResources, *, enforce_pods: bool) -> ResourceConfig:
+    """``kubepods``: the node's allocatable (capacity - kubeReserved - systemReserved, without
+    the eviction thresholds, as the kubelet's ``enforceNodeAllocatableCgroups``) when
+    ``enforceNodeAllocatable`` has ``pods``, else capacity."""
+    base = node.allocatable() if enforce_pods else node
+    return ResourceConfig(
+        cpu_shares=milli_cpu_to_shares(base.milli_cpu),
+        memory_max=base.memory if enforce_pods else None,
+        pids_max=base.pids if enforce_pods and node.reserved_pids else None,
+    )
+
+
+def qos_resource_configs(
+    pods: Iterable[Pod], node: NodeResources, *, enforce_pods: bool
+) -> QosConfigs:
+    """The QoS cgroups' cpu weights: Burstable is the sum of its pods' cpu requests."""
+    burstable_milli = sum(
+        pod_cpu_request_milli(p) for p in pods if pod_qos_class(p) is QOSClass.BURSTABLE
+    )
+    return QosConfigs(
+        kubepods=kubepods_config(node, enforce_pods=enforce_pods),
+        burstable=ResourceConfig(cpu_shares=milli_cpu_to_shares(burstable_milli)),
+        besteffort=ResourceConfig(cpu_shares=MIN_SHARES),
+    )
+
+
+# --- swap --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapInputs:
+    behavior: SwapBehavior = NO_SWAP
+    cgroup_v2: bool = False
+    controller: bool = False
+    """``memory.swap.max`` exists in the agent's own cgroup (the kubelet's detection)."""
+    memory_capacity: int = 0
+    swap_capacity: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapDecision:
+    """One container's ``memory.swap.max`` and why; ``limit`` None: nothing is sent."""
+
+    limit: int | None
+    reason: str
+    request: int = 0
+    memory_limit: int = 0
+    memory_capacity: int = 0
+    swap_capacity: int = 0
+    behavior: str = NO_SWAP
+    formula: bool = field(default=False)
+
+    @property
+    def unified(self) -> dict[str, str]:
+        return {} if self.limit is None else {SWAP_MAX_FILE: str(self.limit)}
+
+
+def calc_swap_for_burstable(request: int, memory_capacity: int, swap_capacity: int) -> int:
+    """The kubelet's ``calcSwapForBurstablePods`` (float64 arithmetic, truncated)."""
+    if memory_capacity <= 0:
+        raise ValueError(f"total node memory is 0 (request {request})")
+    if request > memory_capacity:
+        raise ValueError(
+            f"container request {request} is larger than total node memory {memory_capacity}"
+        )
+    return math.trunc(float(request) / float(memory_capacity) * float(swap_capacity))
+
+
+def container_swap(pod: Pod, container: Container, inputs: SwapInputs) -> SwapDecision:
+    """The kubelet's ``configureContainerSwapResources`` on cgroup v2 (nothing on v1: the
+    kubelet's maintenance mode)."""
+    res = container.resources
+    request = value(res.requests.get("memory", 0))
+    limit = value(res.limits.get("memory", 0))
+
+    def decide(amount: int | None, reason: str, *, formula: bool = False) -> SwapDecision:
+        return SwapDecision(
+            limit=amount,
+            reason=reason,
+            request=request,
+            memory_limit=limit,
+            memory_capacity=inputs.memory_capacity,
+            swap_capacity=inputs.swap_capacity,
+            behavior=inputs.behavior,
+            formula=formula,
+        )
+
+    if not inputs.cgroup_v2:
+        return decide(None, "cgroup v1: no swap setting sent")
+    if not inputs.controller:
+        return decide(None, "no swap cgroup controller present")
+    if inputs.behavior != LIMITED_SWAP:
+        return decide(0, "NoSwap")
+    qos = pod_qos_class(pod)
+    if is_critical_pod(pod):
+        return decide(0, "critical pod: NoSwap")
+    if qos is not QOSClass.BURSTABLE:
+        return decide(0, f"{qos.value} pod: NoSwap")
+    if request == 0 and limit == 0:
+        return decide(0, "no memory request or limit: NoSwap")
+    if request == limit:
+        return decide(0, "memory request equals limit: NoSwap")
+    try:
+        amount = calc_swap_for_burstable(request, inputs.memory_capacity, inputs.swap_capacity)
+    except ValueError as e:
+        return decide(0, f"{e}: NoSwap")
+    return decide(amount, "LimitedSwap: request / memory capacity x swap capacity", formula=True)
+
+
+def swap_on_refusal(proc_swaps: str) -> str | None:
+    """``failSwapOn``: the kubelet's error when ``/proc/swaps`` lists more than its header."""
+    lines = proc_swaps.strip().split("\n")
+    if len(lines) <= 1:
+        return None
+    return SWAP_REFUSAL + "[" + " ".join(lines) + "]"
+
+
+def own_swap_max_path(proc_self_cgroup: str, mount: str = "/sys/fs/cgroup") -> str | None:
+    """Where the kubelet looks for the v2 swap controller: ``memory.swap.max`` in its own
+    cgroup (the ``0::/path`` line of ``/proc/self/cgroup``); None on a v1-only host."""
+    for line in proc_self_cgroup.splitlines():
+        if line.startswith("0::"):
+            return f"{mount}{line[3:].rstrip('/')}/{SWAP_MAX_FILE}"
+    return None
