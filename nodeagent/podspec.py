@@ -490,6 +490,15 @@ class PodSpec(_S, frozen=True):
     os: PodOS | None = None
     enable_service_links: bool | None = None
     volumes: tuple[Volume, ...] = ()
+    # Read only so that admission can refuse them by name (nodeagent does not implement them
+    # yet, and a pod must never run as if they were absent): see pods/admission.unsupported.
+    resources: dict[str, Any] | None = None
+    host_aliases: tuple[dict[str, Any], ...] = ()
+    readiness_gates: tuple[dict[str, Any], ...] = ()
+    active_deadline_seconds: int | None = None
+    hostname_override: str | None = None
+    resource_claims: tuple[dict[str, Any], ...] = ()
+    host_users: bool | None = None
 
 
 class Pod(_S, frozen=True):

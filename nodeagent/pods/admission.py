@@ -73,6 +73,61 @@ def pod_requests(pod: Pod) -> dict[str, int]:
     return total
 
 
+def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
+    """Pod-level fields nodeagent does not implement yet, refused by name: running the pod
+    without them would break what the field promises (limits, readiness, deadlines, names,
+    user namespaces)."""
+    spec = pod.spec
+    refusals: tuple[tuple[bool, str, str, str], ...] = (
+        (
+            spec.resources is not None,
+            "PodLevelResourcesNotSupported",
+            "spec.resources",
+            "pod-level resources are not enforced by nodeagent yet",
+        ),
+        (
+            bool(spec.host_aliases),
+            "HostAliasesNotSupported",
+            "spec.hostAliases",
+            "nodeagent does not manage the pod's /etc/hosts yet",
+        ),
+        (
+            bool(spec.readiness_gates),
+            "ReadinessGatesNotSupported",
+            "spec.readinessGates",
+            "nodeagent does not evaluate readiness gates yet",
+        ),
+        (
+            spec.active_deadline_seconds is not None,
+            "ActiveDeadlineNotSupported",
+            "spec.activeDeadlineSeconds",
+            "nodeagent does not enforce an active deadline yet",
+        ),
+        (
+            spec.hostname_override is not None,
+            "HostnameOverrideNotSupported",
+            "spec.hostnameOverride",
+            "nodeagent does not set an overridden pod hostname yet",
+        ),
+        (
+            bool(spec.resource_claims),
+            "ResourceClaimsNotSupported",
+            "spec.resourceClaims",
+            "nodeagent has no dynamic resource allocation",
+        ),
+        (
+            spec.host_users is False,
+            "UserNamespacesNotSupported",
+            "spec.hostUsers",
+            "nodeagent does not run pods in user namespaces yet",
+        ),
+    )
+    for refused, reason, field, why in refusals:
+        if refused:
+            return AdmitResult(False, reason, f"{field}: {why}; the pod was not started")
+    return None
+
+
 def unsupported(pod: Pod) -> AdmitResult | None:
     if pod.spec.os is not None and pod.spec.os.name != "linux":
         return AdmitResult(
@@ -80,6 +135,8 @@ def unsupported(pod: Pod) -> AdmitResult | None:
             "PodOSNotSupported",
             "Failed to admit pod as the OS field doesn't match node OS",
         )
+    if (refused := _unsupported_pod_fields(pod)) is not None:
+        return refused
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),

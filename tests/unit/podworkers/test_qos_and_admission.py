@@ -223,3 +223,35 @@ def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None
         overhead={"cpu": "10m"},
     )
     assert pod_requests(p) == {"cpu": 510, "memory": 2**20, "ephemeral-storage": 0}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("resources", {"limits": {"cpu": "1"}}, "PodLevelResourcesNotSupported"),
+        ("hostAliases", [{"ip": "10.0.0.1", "hostnames": ["db"]}], "HostAliasesNotSupported"),
+        ("readinessGates", [{"conditionType": "example.com/ok"}], "ReadinessGatesNotSupported"),
+        ("activeDeadlineSeconds", 30, "ActiveDeadlineNotSupported"),
+        ("hostnameOverride", "other-name", "HostnameOverrideNotSupported"),
+        (
+            "resourceClaims",
+            [{"name": "gpu", "resourceClaimName": "c"}],
+            "ResourceClaimsNotSupported",
+        ),
+        ("hostUsers", False, "UserNamespacesNotSupported"),
+    ],
+)
+def test_pod_fields_nodeagent_does_not_implement_are_refused_by_name(
+    field: str, value: Any, reason: str
+) -> None:
+    result = admit_pod(pod(**{field: value}), allocatable=NODE, admitted=[])
+    assert not result.admit
+    assert result.reason == reason
+    assert result.message.startswith(f"spec.{field}: ")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("hostUsers", True), ("hostAliases", []), ("readinessGates", [])]
+)
+def test_the_default_values_of_those_fields_are_admitted(field: str, value: Any) -> None:
+    assert admit_pod(pod(**{field: value}), allocatable=NODE, admitted=[]).admit
