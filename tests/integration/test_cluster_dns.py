@@ -256,10 +256,32 @@ async def remove_pods(control_plane: ControlPlane, node: AgentNode, tmp_path: Pa
     )
 
 
+def image_names(containerd: RuntimeEnv) -> set[str]:
+    return set(containerd.ctr("images", "list", "--quiet").stdout.split())
+
+
+def remove_pulled_images(containerd: RuntimeEnv, before: set[str]) -> None:
+    """Drop the names this test pulled (CoreDNS, the mirrored busybox): the containerd is
+    the session's, and image GC tests count what is unused in it."""
+    pulled = sorted(image_names(containerd) - before)
+    if pulled:
+        containerd.ctr("images", "remove", *pulled)
+
+
 async def test_pods_resolve_services_through_coredns_and_stock_images_pull_from_the_mirror(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
     versions = load_versions()
+    images_before = image_names(containerd)
+    try:
+        await _resolve_and_pull(control_plane, containerd, tmp_path, versions)
+    finally:
+        remove_pulled_images(containerd, images_before)
+
+
+async def _resolve_and_pull(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path, versions: Any
+) -> None:
     with host_proxy_table():
         async with agent_node(
             control_plane, tmp_path, containerd.endpoint, host_proxy=True
