@@ -21,6 +21,7 @@ import asyncio
 import copy
 import datetime as dt
 import itertools
+import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
@@ -399,7 +400,9 @@ class FakeApiServer:
             raise errors.AlreadyExists(
                 f'{res.plural} "{meta["name"]}" already exists', reason="AlreadyExists"
             )
-        meta["uid"] = f"uid-{next(self._uids)}"
+        # Unique across servers, as a real apiserver's: integration tests share one containerd,
+        # and a pod of the next test with the same UID would inherit the last one's containers.
+        meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = _rfc3339(self.clock.now())
         body.setdefault("apiVersion", res.api_version)
         body.setdefault("kind", res.kind)
