@@ -152,6 +152,7 @@ node:
 kubelet:
   cgroupDriver: systemd
   containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+  failSwapOn: false  # the guest has a swap file, as the packaged config allows
   shutdownGracePeriodByPodPriority:
     - {{priority: 0, shutdownGracePeriodSeconds: {GROUP_SECONDS}}}
     - {{priority: 1000, shutdownGracePeriodSeconds: {GROUP_SECONDS}}}
