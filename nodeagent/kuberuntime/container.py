@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from cri_protos.runtime.v1 import api_pb2 as api
-from nodeagent.cm.policy import OOM_GROUP_FILE, container_swap
+from nodeagent.cm.policy import (
+    OOM_GROUP_FILE,
+    container_swap,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.env import (
@@ -44,10 +49,6 @@ from nodeagent.podspec import (
 )
 from nodeagent.quantity import milli_value, value
 
-MIN_SHARES: Final = 2
-MAX_SHARES: Final = 262144
-SHARES_PER_CPU: Final = 1024
-MIN_QUOTA_PERIOD: Final = 1000
 DEFAULT_MASKED_PATHS: Final = (
     "/proc/asound",
     "/proc/acpi",
@@ -80,18 +81,6 @@ class ImageUser:
 
 
 ROOT: Final = ImageUser(uid=0)
-
-
-def milli_cpu_to_shares(milli_cpu: int) -> int:
-    if milli_cpu == 0:
-        return MIN_SHARES
-    return max(MIN_SHARES, min(MAX_SHARES, milli_cpu * SHARES_PER_CPU // 1000))
-
-
-def milli_cpu_to_quota(milli_cpu: int, period: int) -> int:
-    if milli_cpu == 0:
-        return 0
-    return max(MIN_QUOTA_PERIOD, milli_cpu * period // 1000)
 
 
 def container_log_path(container: Container, restart_count: int) -> str:
