@@ -15,7 +15,7 @@ from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.policy import ResourceConfig
 from nodeagent.kuberuntime.podsettings import CgroupDriver
 from nodeagent.kuberuntime.sandbox import POD_CGROUP_PREFIX, cgroup_path
-from nodeagent.systemd.dbus import NO_SUCH_UNIT, UNIT_EXISTS, DbusError, SystemdBus, Variant
+from nodeagent.systemd.dbus import NO_SUCH_UNIT, UNIT_EXISTS, DbusError, UnitBus, Variant
 
 UINT64_MAX: Final = 2**64 - 1
 SLICE_APPEAR_TIMEOUT: Final = 5.0
@@ -104,7 +104,7 @@ def unit_properties(config: ResourceConfig | None) -> list[list[Any]]:
 
 
 class SystemdDriver:
-    def __init__(self, fs: CgroupFs, bus: SystemdBus) -> None:
+    def __init__(self, fs: CgroupFs, bus: UnitBus) -> None:
         self.fs = fs
         self.bus = bus
 

@@ -45,7 +45,7 @@ from nodeagent.kuberuntime.sandbox import (
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
-from nodeagent.systemd.dbus import SystemdBus
+from nodeagent.systemd.dbus import SystemdBus, UnitBus
 
 SETUP_RETRY: Final = 10.0
 SWAP_STATE_FILE: Final = "swap-state.json"
@@ -83,7 +83,7 @@ class ContainerManager:
         settings: CmSettings,
         driver: Callable[[], Awaitable[CgroupDriver]],
         fs: CgroupFs | None = None,
-        bus: Callable[[], SystemdBus] = SystemdBus,
+        bus: Callable[[], UnitBus] = SystemdBus,
         log: Logger | None = None,
     ) -> None:
         self._settings = settings

@@ -8,7 +8,7 @@ name and text systemd sent (e.g. ``org.freedesktop.systemd1.UnitExists``).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
@@ -27,6 +27,23 @@ class DbusError(Exception):
         super().__init__(f"{name}: {text}" if text else name)
         self.name = name
         self.text = text
+
+
+class UnitBus(Protocol):
+    """What the container manager needs of systemd's manager object: one method call at a
+    time (:class:`SystemdBus` on the system bus; ``nodeagent.testing.fake_systemd`` in tests)."""
+
+    async def call(
+        self,
+        member: str,
+        signature: str,
+        body: list[Any],
+        *,
+        path: str = ...,
+        interface: str = ...,
+    ) -> list[Any]: ...
+
+    def close(self) -> None: ...
 
 
 class SystemdBus:

@@ -100,6 +100,7 @@ def remove_sandboxes(containerd_socket: Path) -> int:
     from cri_protos.runtime.v1 import api_pb2, api_pb2_grpc
 
     with grpc.insecure_channel(f"unix://{containerd_socket}") as channel:
+        # the generated grpc stub module has no annotations (committed output of grpcio-tools)
         stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
         listed = stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=60)
         for sandbox in listed.items:

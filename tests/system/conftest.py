@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from harness.controlplane import ControlPlane
 from harness.versions import cache_dir
-from harness.vm import Image, Machine, deb_depends, ensure_image, recipe_for
+from harness.vm import Image, Machine, deb_depends, ensure_image, recipe_for, tier
 from harness.vm.guest import deb_version, ensure_installed, provision
 from harness.vm.pods import join_node
 
@@ -29,32 +29,17 @@ TEST_TIMEOUT_S = 1200
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
+    tier.mark_timeout(items, Path(__file__).parent, TEST_TIMEOUT_S)
 
 
 def _terminal(config: pytest.Config, line: str) -> None:
-    """Print past pytest's capture: an image build takes minutes and should show progress."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:
-        print(line)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(f"[vm] {line}")
+    tier.progress(config, "vm", line)
 
 
 @pytest.fixture(scope="session")
 def nodeagent_deb() -> Path:
     """The .deb under test: $NODEAGENT_DEB, or the newest one `make packages` put in dist/."""
-    if override := os.environ.get("NODEAGENT_DEB"):
-        return Path(override).resolve()
-    debs = sorted((REPO / "dist").glob("nodeagent_*_amd64.deb"), key=lambda p: p.stat().st_mtime)
-    if not debs:
-        pytest.fail("no dist/nodeagent_*_amd64.deb: run `make packages` (or `make vm-test`)")
-    return debs[-1]
+    return tier.deb_under_test(REPO, make_target="vm-test")
 
 
 @pytest.fixture(scope="session")

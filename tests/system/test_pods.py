@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import Any
 
 import pytest
 import yaml
@@ -19,12 +20,12 @@ from harness.vm.pods import pod_manifest, wait_pod
 pytestmark = pytest.mark.system
 
 
-def _apply(control_plane: ControlPlane, manifest: dict[str, object]) -> None:
+def _apply(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
 
 
-def _phase(pod: dict[str, object]) -> str:
-    return str(pod.get("status", {}).get("phase", ""))  # type: ignore[union-attr]
+def _phase(pod: dict[str, Any]) -> str:
+    return str(pod.get("status", {}).get("phase", ""))
 
 
 def test_a_pod_runs_to_completion_on_the_guest_node(

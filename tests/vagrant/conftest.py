@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 from harness.vagrant.box import ensure_box
 from harness.versions import cache_dir
-from harness.vm import Image, deb_depends, ensure_image, recipe_for
+from harness.vm import Image, deb_depends, ensure_image, recipe_for, tier
 
 REPO = Path(__file__).resolve().parents[2]
 TIMINGS: dict[str, float] = {}
@@ -20,21 +19,11 @@ TEST_TIMEOUT_S = 1800
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents:
-            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
+    tier.mark_timeout(items, Path(__file__).parent, TEST_TIMEOUT_S)
 
 
 def progress(config: pytest.Config, line: str) -> None:
-    """Print past pytest's capture: box builds and `vagrant up` take minutes."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:
-        print(line)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line(f"[vagrant] {line}")
+    tier.progress(config, "vagrant", line)
 
 
 @pytest.fixture(scope="session")
@@ -51,12 +40,7 @@ def say(pytestconfig: pytest.Config) -> Callable[[str], None]:
 @pytest.fixture(scope="session")
 def nodeagent_deb() -> Path:
     """The .deb under test: $NODEAGENT_DEB, or the newest one `make packages` put in dist/."""
-    if override := os.environ.get("NODEAGENT_DEB"):
-        return Path(override).resolve()
-    debs = sorted((REPO / "dist").glob("nodeagent_*_amd64.deb"), key=lambda p: p.stat().st_mtime)
-    if not debs:
-        pytest.fail("no dist/nodeagent_*_amd64.deb: run `make packages` (or `make vagrant-test`)")
-    return debs[-1]
+    return tier.deb_under_test(REPO, make_target="vagrant-test")
 
 
 @pytest.fixture(scope="session")

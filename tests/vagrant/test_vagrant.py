@@ -127,7 +127,8 @@ def assert_joined(ready: dict[str, Any]) -> None:
     info = ready["status"]["nodeInfo"]
     assert info["osImage"].startswith("Debian GNU/Linux 12")
     assert info["containerRuntimeVersion"].startswith("containerd://")
-    assert ready_condition(ready)["reason"] == "KubeletReady"  # type: ignore[index]
+    condition = ready_condition(ready)
+    assert condition is not None and condition["reason"] == "KubeletReady"
 
 
 def test_vagrant_up_joins_a_ready_node_and_destroy_leaves_nothing(

@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 from harness.versions import cache_dir
-from harness.vm import Machine, deb_depends, ensure_image, recipe_for
+from harness.vm import Machine, deb_depends, ensure_image, recipe_for, tier
 from harness.vm.guest import provision
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def newest_deb(dist: Path) -> Path:
-    debs = sorted(dist.glob("nodeagent_*_amd64.deb"), key=lambda p: p.stat().st_mtime)
-    if not debs:
+    deb = tier.newest_deb(dist)
+    if deb is None:
         raise SystemExit(f"no nodeagent_*_amd64.deb in {dist}: run `make packages` first")
-    return debs[-1]
+    return deb
 
 
 def main(argv: list[str]) -> int:

@@ -40,8 +40,11 @@ def pods() -> tuple[Pod, Pod, Pod]:
     )
 
 
-def manager(tmp_path: Path, driver: CgroupDriver, **kw: Any) -> tuple[ContainerManager, Any]:
-    bus = FakeSystemdBus(tmp_path)
+def manager(
+    tmp_path: Path, driver: CgroupDriver, bus: FakeSystemdBus | None = None, **kw: Any
+) -> tuple[ContainerManager, FakeSystemdBus]:
+    """A manager over ``tmp_path``; ``bus``: the systemd a restarted agent finds again."""
+    bus = bus or FakeSystemdBus(tmp_path)
 
     async def get_driver() -> CgroupDriver:
         return driver
@@ -56,7 +59,7 @@ def manager(tmp_path: Path, driver: CgroupDriver, **kw: Any) -> tuple[ContainerM
         settings=settings,
         driver=get_driver,
         fs=CgroupFs(mount=tmp_path, rmdir=files_vanish_rmdir),
-        bus=lambda: bus,  # type: ignore[arg-type,return-value]
+        bus=lambda: bus,
     )
     return cm, bus
 
@@ -132,9 +135,7 @@ async def test_housekeeping_removes_pod_cgroups_no_pod_owns(
     for p in (g, b, e):
         await cm.ensure_pod(p)
     # A restarted agent knows none of them; only the pod the caller keeps survives.
-    fresh, _ = manager(tmp_path, driver)
-    if driver == "systemd":
-        fresh._bus = lambda: bus  # type: ignore[assignment,method-assign,return-value]
+    fresh, _ = manager(tmp_path, driver, bus)
     await fresh.setup()
     await fresh.clean_orphans(lambda uid: uid == UID_G)
     paths = {k: tmp_path / v for k, v in PATHS[driver].items()}
@@ -158,8 +159,7 @@ async def test_systemd_slices_get_the_resource_properties(tmp_path: Path) -> Non
     assert props["MemoryAccounting"] is True and props["DefaultDependencies"] is False
     # kubepods.slice was already started: the second start is a property update.
     await cm.remove_pod(g.uid)
-    cm2, _ = manager(tmp_path, "systemd")
-    cm2._bus = lambda: bus  # type: ignore[assignment,method-assign,return-value]
+    cm2, _ = manager(tmp_path, "systemd", bus)
     await cm2.setup()
     assert "SetUnitProperties" in [c[0] for c in bus.calls]
 
@@ -184,7 +184,7 @@ async def test_disabled_on_cgroup_v1_touches_nothing(tmp_path: Path) -> None:
         settings=CmSettings(enabled=False),
         driver=get_driver,
         fs=CgroupFs(mount=tmp_path, rmdir=files_vanish_rmdir),
-        bus=lambda: bus,  # type: ignore[arg-type,return-value]
+        bus=lambda: bus,
     )
     await cm.ensure_pod(pods()[0])
     await cm.remove_pod(UID_G)
