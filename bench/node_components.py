@@ -15,27 +15,13 @@ Its root dir becomes a (shared) bind mount of itself; the caller unmounts it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.controlplane_args import LOCALHOST, free_port
+from harness.hoststate import CONTAINER_LOGS, cgroup_hierarchies
 from harness.versions import Versions
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-KERNEL_TUNABLES = (  # what the kubelet's container manager sets (setupKernelTunables)
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
-CONTAINER_LOGS = Path("/var/log/containers")  # hard-coded in the kubelet
 
 
 def nodeagent_argv(
@@ -131,24 +117,10 @@ def write_config(path: Path, config: dict[str, object]) -> Path:
     return path
 
 
-def _cgroup_hierarchies() -> list[Path]:
-    return [p for p in CGROUP_ROOT.iterdir() if p.is_dir() and not p.is_symlink()]
-
-
-def _kubepods() -> set[Path]:
-    return {d for h in _cgroup_hierarchies() for d in h.glob("kubepods*") if d.is_dir()}
-
-
-def _nft_tables() -> set[str]:
-    """Root-namespace nft tables as "family name" strings."""
-    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False)
-    return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
-
-
 def make_cgroup_root(name: str) -> str:
     """Create ``/<name>`` in every cgroup hierarchy (the kubelet refuses a ``cgroupRoot`` that
     does not exist); cpuset gets the root's cpus and mems so children can be populated."""
-    for hierarchy in _cgroup_hierarchies():
+    for hierarchy in cgroup_hierarchies():
         (hierarchy / name).mkdir(exist_ok=True)
         if hierarchy.name == "cpuset":
             for knob in ("cpuset.cpus", "cpuset.mems"):
@@ -163,68 +135,3 @@ def remove_log_links(namespace: str) -> int:
     for link in links:
         link.unlink(missing_ok=True)
     return len(links)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-@dataclass(kw_only=True)
-class HostState:
-    """What the kubelet may change outside its root dir, as found before it started."""
-
-    sysctls: dict[str, str | None] = field(default_factory=dict)
-    cgroups: set[Path] = field(default_factory=set)
-    container_logs_existed: bool = True
-    nft_tables: set[str] = field(default_factory=set)
-
-    @classmethod
-    def snapshot(cls) -> HostState:
-        return cls(
-            sysctls={k: _read(Path("/proc/sys") / k) for k in KERNEL_TUNABLES},
-            cgroups=_kubepods(),
-            container_logs_existed=CONTAINER_LOGS.exists(),
-            nft_tables=_nft_tables(),
-        )
-
-    def changes(self) -> list[str]:
-        """What differs now (for the report)."""
-        found = [
-            f"sysctl {k}: {old and old.strip()} -> {(_read(Path('/proc/sys') / k) or '').strip()}"
-            for k, old in self.sysctls.items()
-            if _read(Path("/proc/sys") / k) != old
-        ]
-        found += [f"cgroup {d}" for d in sorted(_kubepods() - self.cgroups)]
-        if not self.container_logs_existed and CONTAINER_LOGS.exists():
-            found.append(f"directory {CONTAINER_LOGS}")
-        found += [f"nft table {t}" for t in sorted(_nft_tables() - self.nft_tables)]
-        return found
-
-    def restore(self) -> None:
-        """Put the sysctls back, remove new kubepods cgroups (deepest first) and the log dir."""
-        for key, old in self.sysctls.items():
-            if old is not None and _read(Path("/proc/sys") / key) != old:
-                with contextlib.suppress(OSError):
-                    (Path("/proc/sys") / key).write_text(old)
-        for top in sorted(_kubepods() - self.cgroups):
-            for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
-                with contextlib.suppress(OSError):
-                    os.rmdir(dirpath)
-        if not self.container_logs_existed:
-            with contextlib.suppress(OSError):
-                CONTAINER_LOGS.rmdir()
-        # The kubelet's iptables-nft canary and firewall chains (KUBE-KUBELET-CANARY,
-        # KUBE-FIREWALL) live in tables it creates in the root namespace; a new table without
-        # KUBE- chains is someone else's.
-        for table in sorted(_nft_tables() - self.nft_tables):
-            listed = subprocess.run(
-                ["nft", "list", "table", *table.split()],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if "KUBE-" in listed.stdout:
-                subprocess.run(["nft", "delete", "table", *table.split()], check=False)

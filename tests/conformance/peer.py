@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,17 +25,9 @@ import yaml
 from harness import node_up, processes
 from harness.build import ensure_built
 from harness.controlplane import ControlPlane
+from harness.hoststate import HostState
 from harness.versions import load_versions
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-KERNEL_TUNABLES = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
 READY_TIMEOUT = 120.0
 
 
@@ -113,46 +104,6 @@ def remove_sandboxes(containerd_socket: Path) -> int:
     return len(listed.items)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-def _kubepods() -> set[Path]:
-    return {
-        d
-        for h in CGROUP_ROOT.iterdir()
-        if h.is_dir() and not h.is_symlink()
-        for d in h.glob("kubepods*")
-        if d.is_dir()
-    }
-
-
-def _nft_tables() -> set[str]:
-    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False)
-    return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
-
-
-def restore_host(sysctls: dict[str, str | None], cgroups: set[Path], tables: set[str]) -> None:
-    """Put back what the kubelet and kube-proxy changed outside their root dir."""
-    for key, old in sysctls.items():
-        if old is not None and _read(Path("/proc/sys") / key) != old:
-            with contextlib.suppress(OSError):
-                (Path("/proc/sys") / key).write_text(old)
-    for top in sorted(_kubepods() - cgroups):
-        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -w[0].count("/")):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
-    for table in sorted(_nft_tables() - tables):
-        listed = subprocess.run(
-            ["nft", "list", "table", *table.split()], capture_output=True, text=True, check=False
-        )
-        if "KUBE-" in listed.stdout or table.endswith("kube-proxy"):
-            subprocess.run(["nft", "delete", "table", *table.split()], check=False)
-
-
 @contextlib.contextmanager
 def kubelet_node(
     plane: ControlPlane, state: dict[str, Any], *, directory: Path, work: Path
@@ -164,8 +115,7 @@ def kubelet_node(
     name = state["node"]["name"]
     node_up.stop(state["node"])
     remove_sandboxes(socket)
-    sysctls = {k: _read(Path("/proc/sys") / k) for k in KERNEL_TUNABLES}
-    cgroups, tables = _kubepods(), _nft_tables()
+    before = HostState.snapshot()
     root = work / "kubelet-root"
     root.mkdir(parents=True, exist_ok=True)
     node_up.route_services_locally(load_versions().service_cidr)
@@ -213,7 +163,7 @@ def kubelet_node(
         remove_sandboxes(socket)
         with contextlib.suppress(subprocess.CalledProcessError):
             subprocess.run(["umount", "-l", str(root)], capture_output=True, check=False)
-        restore_host(sysctls, cgroups, tables)
+        before.restore()
         say("reference kubelet and kube-proxy stopped; starting nodeagent again")
         endpoint = f"unix://{socket}"
         state["node"] = node_up.ensure(
