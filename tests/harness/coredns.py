@@ -285,6 +285,15 @@ def up(plane: ControlPlane, *, registry_host: str, work_dir: Path) -> None:
     except (OSError, RuntimeError, subprocess.SubprocessError, SystemExit) as e:
         print(f">>> CoreDNS not deployed ({e}); pods cannot resolve Service names", flush=True)
         return
+    # A pod started before CoreDNS is Ready gets "connection refused" from 10.96.0.10: say
+    # ready only once it is (it serves on its readiness probe a few seconds after start).
+    rollout = plane.kubectl(
+        "-n", NAMESPACE, "rollout", "status", f"deployment/{NAME}", "--timeout=120s",
+        check=False,
+    )  # fmt: skip
+    if rollout.returncode != 0:
+        print(f">>> CoreDNS deployed but not Ready after 120 s: {rollout.stderr.strip()}")
+        return
     versions = load_versions()
     print(
         f">>> CoreDNS {versions.coredns} deployed as Service {NAMESPACE}/{SERVICE} at "

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness import coredns, metrics_server, node_up, runtime_up
 from harness.build import Binaries, ensure_built
+from harness.containerd import unmount_and_remove
 from harness.controlplane import (
     ControlPlane,
     Layout,
@@ -92,7 +93,8 @@ def teardown(directory: Path, state: dict[str, Any] | None) -> None:
         node_up.stop(state.get("node"))
         runtime_up.stop(state.get("runtime"))
         stop_recorded(state.get("control_plane", {}))
-    shutil.rmtree(directory, ignore_errors=True)
+    # A pod's volumes (tmpfs) stay mounted when the agent stops before tearing them down.
+    unmount_and_remove(directory)
 
 
 def up() -> int:
