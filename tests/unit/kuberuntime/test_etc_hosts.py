@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from nodeagent.config import Config
 from nodeagent.kuberuntime import etchosts
 from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
 from nodeagent.kuberuntime.env import EnvInputs
@@ -18,6 +19,7 @@ from nodeagent.kuberuntime.mounts import HostMount
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import CREATE_CONTAINER_CONFIG_ERROR, SyncResult
 from nodeagent.kuberuntime.sandbox import build_sandbox_config
+from nodeagent.pods.managers import runtime_settings
 from nodeagent.podspec import Container, HostAlias, Pod
 from nodeagent.testing.fake_apiserver import LoopClock
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -341,3 +343,15 @@ async def test_the_override_is_the_hosts_entry() -> None:
     ip = (await fake.pod_sandbox_status(fake.sandbox_ids[0])).status.network.ip
     assert files.files[f"{ROOT}/pods/u-5/etc-hosts"].endswith(f"\n{ip}\toverride-host\n".encode())
     assert fake.sandbox_config(fake.sandbox_ids[0]).hostname == "override-host"
+
+
+@pytest.mark.parametrize(("gates", "expected"), [({}, True), ({"HostnameOverride": False}, False)])
+def test_the_hostname_override_gate_reaches_the_runtime_settings(
+    gates: dict[str, bool], expected: bool
+) -> None:
+    base = Config()
+    cfg = msgspec.structs.replace(
+        base, kubelet=msgspec.structs.replace(base.kubelet, feature_gates=gates)
+    )
+    settings = runtime_settings(cfg, node_name="n", memory_capacity=2**30)
+    assert settings.hostname_override is expected
