@@ -4,7 +4,9 @@ manager gives each container."""
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,6 +18,7 @@ from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
 from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.mounts import HostMount
+from nodeagent.kuberuntime.podfiles import PodFiles
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import CREATE_CONTAINER_CONFIG_ERROR, SyncResult
 from nodeagent.kuberuntime.sandbox import build_sandbox_config
@@ -355,3 +358,28 @@ def test_the_hostname_override_gate_reaches_the_runtime_settings(
     )
     settings = runtime_settings(cfg, node_name="n", memory_capacity=2**30)
     assert settings.hostname_override is expected
+
+
+async def test_the_file_is_rewritten_in_place_so_running_containers_see_it(
+    tmp_path: Path,
+) -> None:
+    files = PodFiles()
+    path = tmp_path / "pods" / "uid" / "etc-hosts"
+    await files.write_file(str(path), b"first, and longer\n", 0o644)
+    inode = path.stat().st_ino
+    path.chmod(0o600)
+    await files.write_file(str(path), b"second\n", 0o644)
+    assert path.read_bytes() == b"second\n"
+    assert path.stat().st_ino == inode  # a bind mount of the old inode sees the new content
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert await files.read_file(str(path)) == b"second\n"
+
+
+async def test_a_symlink_in_its_place_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"untouched\n")
+    link = tmp_path / "etc-hosts"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        await PodFiles().write_file(str(link), b"x\n", 0o644)
+    assert target.read_bytes() == b"untouched\n"
