@@ -461,6 +461,13 @@ class PodDNSConfig(_S, frozen=True):
     options: tuple[DNSOption, ...] = ()
 
 
+class HostAlias(_S, frozen=True):
+    """One ``spec.hostAliases`` entry: a line of the pod's managed /etc/hosts."""
+
+    ip: str = ""
+    hostnames: tuple[str, ...] = ()
+
+
 class PodOS(_S, frozen=True):
     name: str = "linux"
 
@@ -490,13 +497,13 @@ class PodSpec(_S, frozen=True):
     os: PodOS | None = None
     enable_service_links: bool | None = None
     volumes: tuple[Volume, ...] = ()
+    host_aliases: tuple[HostAlias, ...] = ()
+    hostname_override: str | None = None
     # Read only so that admission can refuse them by name (nodeagent does not implement them
     # yet, and a pod must never run as if they were absent): see pods/admission.unsupported.
     resources: dict[str, Any] | None = None
-    host_aliases: tuple[dict[str, Any], ...] = ()
     readiness_gates: tuple[dict[str, Any], ...] = ()
     active_deadline_seconds: int | None = None
-    hostname_override: str | None = None
     resource_claims: tuple[dict[str, Any], ...] = ()
     host_users: bool | None = None
 
@@ -590,8 +597,26 @@ def check_identity(pod: Pod) -> None:
                     raise invalid(
                         f"{where}.ports[{j}].hostIP",
                         port.host_ip,
-                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                        IP_MESSAGE,
                     )
+    _check_host_aliases(pod.spec.host_aliases)
+
+
+IP_MESSAGE: Final = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+
+
+def _check_host_aliases(aliases: tuple[HostAlias, ...]) -> None:
+    """Each alias becomes a line of the pod's /etc/hosts: only an IP address and host names
+    may get there (the apiserver's ``validateHostAliases``; static pods are not checked by it)."""
+    for i, alias in enumerate(aliases):
+        where = f"spec.hostAliases[{i}]"
+        if not alias.ip:
+            raise PodSpecError(f"{where}.ip", "Required value")
+        if not _is_ip(alias.ip):
+            raise invalid(f"{where}.ip", alias.ip, IP_MESSAGE)
+        for j, hostname in enumerate(alias.hostnames):
+            if problem := dns1123_subdomain_problem(hostname):
+                raise invalid(f"{where}.hostnames[{j}]", hostname, problem)
 
 
 SECCOMP_TYPES: Final = ("RuntimeDefault", "Unconfined", "Localhost")

@@ -15,6 +15,7 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
     {
         "GracefulNodeShutdown": True,
         "GracefulNodeShutdownBasedOnPodPriority": True,
+        "HostnameOverride": True,
         "ImageMaximumGCAge": True,
         "KubeletFineGrainedAuthz": True,
         "KubeletPSI": True,

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from typing import Final
 
 from nodeagent.kuberuntime import types as cri
+from nodeagent.kuberuntime.hooks import go_quote
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.podspec import Pod
+from nodeagent.podspec import Pod, dns1123_label_problem, dns1123_subdomain_problem
 
 MAX_NAMESERVERS: Final = 3
 MAX_SEARCHES: Final = 32
@@ -122,23 +123,59 @@ def _fit_searches(searches: list[str]) -> list[str]:
     return fitted
 
 
-def pod_hostname(pod: Pod, *, cluster_domain: str) -> tuple[str, str]:
-    """(hostname, domain): ``spec.hostname`` or the pod name cut to 63 characters, and
-    ``<subdomain>.<namespace>.svc.<clusterDomain>`` when a subdomain is set."""
-    hostname = pod.spec.hostname or pod.name
-    if len(hostname) > MAX_HOSTNAME:
-        hostname = hostname[:MAX_HOSTNAME].rstrip("-.")
-        if not hostname:
-            raise PodDNSError(f"hostname for pod {pod.name!r} was invalid")
+def _truncated(pod: Pod, hostname: str) -> str:
+    """At most 63 characters, without a trailing ``-`` or ``.``
+    (``truncatePodHostnameIfNeeded``)."""
+    if len(hostname) <= MAX_HOSTNAME:
+        return hostname
+    truncated = hostname[:MAX_HOSTNAME].rstrip("-.")
+    if not truncated:
+        raise PodDNSError(
+            f"hostname for pod {go_quote(pod.name)} was invalid: {go_quote(hostname)}"
+        )
+    return truncated
+
+
+def pod_hostname(
+    pod: Pod, *, cluster_domain: str, hostname_override: bool = True
+) -> tuple[str, str]:
+    """(hostname, domain) as the kubelet's ``GeneratePodHostNameAndDomain``: with the
+    ``HostnameOverride`` gate (``hostname_override``), ``spec.hostnameOverride`` wins over
+    everything and has no domain; else ``spec.hostname`` or the pod name cut to 63 characters,
+    and ``<subdomain>.<namespace>.svc.<clusterDomain>`` when a subdomain is set. A value the
+    apiserver would have refused raises :class:`PodDNSError` with the kubelet's message."""
+    spec = pod.spec
+    if hostname_override and spec.hostname_override is not None:
+        override = spec.hostname_override
+        if problem := dns1123_subdomain_problem(override):
+            raise PodDNSError(
+                f"pod HostnameOverride {go_quote(override)} is not a valid DNS subdomain: {problem}"
+            )
+        return _truncated(pod, override), ""
+    hostname = pod.name
+    if spec.hostname:
+        if problem := dns1123_label_problem(spec.hostname):
+            raise PodDNSError(
+                f"pod Hostname {go_quote(spec.hostname)} is not a valid DNS label: {problem}"
+            )
+        hostname = spec.hostname
+    hostname = _truncated(pod, hostname)
     domain = ""
-    if pod.spec.subdomain:
-        domain = f"{pod.spec.subdomain}.{pod.namespace}.svc.{cluster_domain}"
+    if spec.subdomain:
+        if problem := dns1123_label_problem(spec.subdomain):
+            raise PodDNSError(
+                f"pod Subdomain {go_quote(spec.subdomain)} is not a valid DNS label: {problem}"
+            )
+        domain = f"{spec.subdomain}.{pod.namespace}.svc.{cluster_domain}"
     return hostname, domain
 
 
-def kernel_hostname(pod: Pod, *, cluster_domain: str) -> str:
-    """What the sandbox's UTS namespace is named: the FQDN with ``setHostnameAsFQDN``."""
-    hostname, domain = pod_hostname(pod, cluster_domain=cluster_domain)
+def kernel_hostname(pod: Pod, *, cluster_domain: str, hostname_override: bool = True) -> str:
+    """What the sandbox's UTS namespace is named: the FQDN with ``setHostnameAsFQDN`` (an
+    overridden hostname has no domain, so it is used as it is)."""
+    hostname, domain = pod_hostname(
+        pod, cluster_domain=cluster_domain, hostname_override=hostname_override
+    )
     if pod.spec.set_hostname_as_fqdn and domain:
         fqdn = f"{hostname}.{domain}"
         if len(fqdn) > MAX_FQDN:

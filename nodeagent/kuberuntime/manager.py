@@ -4,7 +4,8 @@
 1. compute the plan; 2. kill the pod when its sandbox must go (or nothing should run any more);
 3. kill unwanted containers; 4. RunPodSandbox, then PodSandboxStatus for the IPs; 5. start the
 next init container (one at a time, and nothing else); 6. start the regular containers in spec
-order. Starting one: crash-loop back-off check, image presence, CreateContainer, StartContainer,
+order. Starting one: crash-loop back-off check, image presence, the pod's managed /etc/hosts
+(``etchosts``, rewritten for each container once the pod has IPs), CreateContainer, StartContainer,
 then the ``/var/log/containers`` symlink and removal of dead instances beyond the last one.
 Failures are recorded per container in the :class:`SyncResult` with the kubelet's reasons; they
 never stop the other containers. The manager holds no pod state besides the back-offs.
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
+from nodeagent.kuberuntime import etchosts
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
 from nodeagent.kuberuntime.backoff import (
@@ -27,7 +29,7 @@ from nodeagent.kuberuntime.backoff import (
     container_key,
 )
 from nodeagent.kuberuntime.container import build_container_config
-from nodeagent.kuberuntime.dns import PodDNSError
+from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
 from nodeagent.kuberuntime.env import (
     SERVICES_NOT_READ,
     ContainerConfigError,
@@ -101,6 +103,13 @@ SERVICES_RETRY: Final = 10.0  # after "services have not yet been read": the kub
 CREATED_MESSAGE: Final = "Container created"
 STARTED_MESSAGE: Final = "Container started"
 SANDBOX_CHANGED_MESSAGE: Final = "Pod sandbox changed, it will be killed and re-created."
+
+
+def go_os_error(op: str, path: str, e: OSError) -> str:
+    """An ``OSError`` as Go's ``*PathError`` reads: ``open /etc/hosts: no such file or
+    directory``."""
+    reason = e.strerror.lower() if e.strerror else str(e)
+    return f"{op} {path}: {reason}"
 
 
 def grpc_message(e: CriError) -> str:
@@ -401,6 +410,7 @@ class RuntimeManager:
         try:
             env = dict(make_environment(pod, container, inputs))
             mounts = await volumes.container_mounts(container, env)
+            hosts = await self._hosts_mounts(pod, container, inputs.pod_ips)
             config = build_container_config(
                 pod,
                 container,
@@ -408,7 +418,11 @@ class RuntimeManager:
                 restart_count=restart_count,
                 settings=self._settings,
                 inputs=inputs,
-                mounts=[*(to_cri(m) for m in mounts), *termination_message_mounts(message_file)],
+                mounts=[
+                    *(to_cri(m) for m in mounts),
+                    *hosts,
+                    *termination_message_mounts(message_file),
+                ],
                 image_user=self._images.user_of(image_ref),
             )
         except ContainerConfigError as e:
@@ -462,6 +476,41 @@ class RuntimeManager:
             return False
         result.started.append(container.name)
         return True
+
+    async def _hosts_mounts(
+        self, pod: Pod, container: Container, pod_ips: Sequence[str]
+    ) -> list[cri.Mount]:
+        """The pod's managed /etc/hosts, written now, as the container's mount; none before
+        the pod has an IP or when the container mounts its own /etc/hosts. Raises
+        ``ContainerConfigError`` (a bad hostname, an unreadable node hosts file)."""
+        if not etchosts.should_mount_hosts_file(pod, pod_ips):
+            return []
+        if etchosts.mounts_own_hosts_file(container):
+            return []
+        settings = self._settings
+        try:
+            hostname, domain = pod_hostname(
+                pod,
+                cluster_domain=settings.cluster_domain,
+                hostname_override=settings.hostname_override,
+            )
+        except PodDNSError as e:
+            raise ContainerConfigError(str(e)) from e
+        path = etchosts.hosts_file_path(settings, pod.uid)
+        aliases = pod.spec.host_aliases
+        if pod.spec.host_network:
+            try:
+                node_hosts = await self._files.read_file(settings.node_hosts_file)
+            except OSError as e:
+                raise ContainerConfigError(go_os_error("open", settings.node_hosts_file, e)) from e
+            content = etchosts.host_network_hosts_content(node_hosts, aliases)
+        else:
+            content = etchosts.managed_hosts_content(pod_ips, hostname, domain, aliases)
+        try:
+            await self._files.write_file(path, content, etchosts.FILE_MODE)
+        except OSError as e:
+            raise ContainerConfigError(go_os_error("open", path, e)) from e
+        return [etchosts.hosts_mount(path)]
 
     async def _create_message_file(self, message_file: MessageFile | None) -> None:
         """The empty, world-writable file the container's termination message goes to."""
@@ -712,7 +761,8 @@ class RuntimeManager:
                     continue
 
     async def remove_pod(self, state: PodRuntimeState) -> None:
-        """Remove what is left of a pod that is gone: containers, sandboxes, logs."""
+        """Remove what is left of a pod that is gone: containers, sandboxes, logs, its
+        managed /etc/hosts."""
         for record in state.containers:
             await self._remove_container(state.name, state.namespace, record)
         for sandbox in state.sandboxes:
@@ -728,6 +778,7 @@ class RuntimeManager:
             await self._files.remove_tree(log_dir)
             await self._files.remove_links_to(self._settings.container_logs_dir, log_dir + "/")
         await self._files.remove_tree(containers_dir(self._settings, state.uid))
+        await self._files.unlink(etchosts.hosts_file_path(self._settings, state.uid))
 
 
 def _container_spec(pod: Pod, name: str) -> Container | None:

@@ -1,6 +1,7 @@
 """The files the kubelet keeps for a pod's containers: log directories, the
-``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` symlinks and the termination
-message files (created empty, read back when the container has exited).
+``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` symlinks, the termination
+message files (created empty, read back when the container has exited) and the pod's managed
+``etc-hosts`` (rewritten in place, as it is bind-mounted into running containers).
 
 Blocking filesystem calls run in ``asyncio.to_thread``; failures are logged, never raised: a
 missing symlink must not stop a container from starting.
@@ -35,6 +36,15 @@ class Files(Protocol):
 
     async def read_tail(self, path: str, limit: int) -> bytes | None:
         """The last ``limit`` bytes of a file; None when it does not exist."""
+        ...
+
+    async def read_file(self, path: str) -> bytes:
+        """A whole file; raises ``OSError``."""
+        ...
+
+    async def write_file(self, path: str, data: bytes, mode: int) -> None:
+        """Replace a file's content in place (the same inode: it may be bind-mounted into
+        running containers), with exactly ``mode``; its directory created. Raises ``OSError``."""
         ...
 
 
@@ -92,6 +102,28 @@ class PodFiles:
             os.makedirs(os.path.dirname(path), 0o750, exist_ok=True)
             fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, mode)
             try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+
+        await asyncio.to_thread(do)
+
+    async def read_file(self, path: str) -> bytes:
+        def do() -> bytes:
+            with open(path, "rb") as f:
+                return f.read()
+
+        return await asyncio.to_thread(do)
+
+    async def write_file(self, path: str, data: bytes, mode: int) -> None:
+        def do() -> None:
+            os.makedirs(os.path.dirname(path), 0o750, exist_ok=True)
+            flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(path, flags, mode)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
                 os.fchmod(fd, mode)
             finally:
                 os.close(fd)

@@ -54,6 +54,10 @@ class PodRuntimeSettings:
     OOM-killed together (``memory.oom.group`` 1)."""
     swap: SwapInputs = field(default_factory=SwapInputs)
     """``memorySwap.swapBehavior`` and the node's memory, swap and swap controller."""
+    hostname_override: bool = True
+    """The ``HostnameOverride`` feature gate: ``spec.hostnameOverride`` names the pod."""
+    node_hosts_file: str = "/etc/hosts"
+    """The node's hosts file: what a ``hostNetwork`` pod's managed /etc/hosts starts from."""
 
     def pod_log_dir(self, *, namespace: str, name: str, uid: str) -> str:
         """``/var/log/pods/<namespace>_<name>_<uid>``."""

@@ -159,5 +159,9 @@ def build_sandbox_config(
         linux=linux_sandbox_config(pod, settings),
     )
     if not pod.spec.host_network:
-        config.hostname = kernel_hostname(pod, cluster_domain=settings.cluster_domain)
+        config.hostname = kernel_hostname(
+            pod,
+            cluster_domain=settings.cluster_domain,
+            hostname_override=settings.hostname_override,
+        )
     return config, warnings

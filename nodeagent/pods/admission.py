@@ -75,7 +75,7 @@ def pod_requests(pod: Pod) -> dict[str, int]:
 
 def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
     """Pod-level fields nodeagent does not implement yet, refused by name: running the pod
-    without them would break what the field promises (limits, readiness, deadlines, names,
+    without them would break what the field promises (limits, readiness, deadlines, claims,
     user namespaces)."""
     spec = pod.spec
     refusals: tuple[tuple[bool, str, str, str], ...] = (
@@ -84,12 +84,6 @@ def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
             "PodLevelResourcesNotSupported",
             "spec.resources",
             "pod-level resources are not enforced by nodeagent yet",
-        ),
-        (
-            bool(spec.host_aliases),
-            "HostAliasesNotSupported",
-            "spec.hostAliases",
-            "nodeagent does not manage the pod's /etc/hosts yet",
         ),
         (
             bool(spec.readiness_gates),
@@ -102,12 +96,6 @@ def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
             "ActiveDeadlineNotSupported",
             "spec.activeDeadlineSeconds",
             "nodeagent does not enforce an active deadline yet",
-        ),
-        (
-            spec.hostname_override is not None,
-            "HostnameOverrideNotSupported",
-            "spec.hostnameOverride",
-            "nodeagent does not set an overridden pod hostname yet",
         ),
         (
             bool(spec.resource_claims),

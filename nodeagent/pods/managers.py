@@ -20,7 +20,7 @@ from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
 from nodeagent.cm.policy import SwapInputs
-from nodeagent.config import Config
+from nodeagent.config import Config, features
 from nodeagent.events import EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
@@ -92,6 +92,7 @@ def runtime_settings(
         runtime_name="containerd",
         seccomp_default=k.seccomp_default,
         single_process_oom_kill=k.single_process_oom_kill,
+        hostname_override=features.effective(k.feature_gates)["HostnameOverride"],
         swap=SwapInputs(
             behavior=k.memory_swap.swap_behavior,
             cgroup_v2=v2,

@@ -112,6 +112,7 @@ class MemoryFiles:
 
     async def unlink(self, path: str) -> None:
         self.links.pop(path, None)
+        self.files.pop(path, None)
 
     async def remove_tree(self, path: str) -> None:
         self.dirs = {d for d in self.dirs if d != path and not d.startswith(path + "/")}
@@ -124,6 +125,15 @@ class MemoryFiles:
     async def read_tail(self, path: str, limit: int) -> bytes | None:
         data = self.files.get(path)
         return None if data is None else data[-limit:]
+
+    async def read_file(self, path: str) -> bytes:
+        if path not in self.files:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return self.files[path]
+
+    async def write_file(self, path: str, data: bytes, mode: int) -> None:
+        self.files[path] = data
+        self.modes[path] = mode
 
     async def remove_links_to(self, directory: str, target_prefix: str) -> None:
         self.links = {
