@@ -15,6 +15,7 @@ import json
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def configure(node: AgentNode, control_plane: ControlPlane) -> None:
+def configure(node: AgentNode, control_plane: ControlPlane) -> int:
+    """The kubelet API on free ports, as ``make up`` secures it; returns the healthz port."""
+    healthz = free_port()
     settings = yaml.safe_load(node.config.read_text())
     settings["kubelet"].update(
         {
             "port": free_port(),
-            "healthzPort": free_port(),
+            "healthzPort": healthz,
             "authentication": {
                 "x509": {"clientCAFile": str(control_plane.ca_path)},
                 "webhook": {"enabled": True},
@@ -56,6 +59,16 @@ def configure(node: AgentNode, control_plane: ControlPlane) -> None:
         }
     )
     node.config.write_text(yaml.safe_dump(settings))
+    return healthz
+
+
+def healthy(port: int) -> bool:
+    """The plain ``/healthz`` (with the sync loop's check) answers ok."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.read() == b"ok")
+    except OSError:
+        return False
 
 
 def pod_body(namespace: str, node: str) -> dict[str, Any]:
@@ -106,7 +119,7 @@ async def test_kubectl_debug_targets_the_app_and_runs_once(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
-        configure(node, control_plane)
+        healthz = configure(node, control_plane)
         node.start()
         await wait_ready(control_plane, node, status="True", within=90)
         ns = node.namespace
@@ -165,8 +178,9 @@ async def test_kubectl_debug_targets_the_app_and_runs_once(
         # An agent killed and restarted finds it by its labels: reported the same, never
         # run again.
         node.kill()
+        assert not healthy(healthz)
         node.start()
-        await wait_ready(control_plane, node, status="True", within=90)
+        await until("the new agent healthy", lambda: healthy(healthz), within=60, every=0.2)
         await asyncio.sleep(5)  # a few relists and syncs: a rerun would show up now
         assert [c.id for c in await debug_containers(node.endpoint, ns, "dbg")] == [ctr.id]
         assert ephemeral(control_plane, ns, "dbg")["state"]["terminated"] == done
