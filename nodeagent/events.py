@@ -95,12 +95,14 @@ def node_reference(node_name: str) -> ObjectReference:
 
 
 def container_field_path(pod: Pod, container: str) -> str:
-    """``spec.containers{<name>}`` or ``spec.initContainers{<name>}``; "" when ``container``
-    is not in the spec."""
+    """``spec.containers{<name>}``, ``spec.initContainers{<name>}`` or
+    ``spec.ephemeralContainers{<name>}``; "" when ``container`` is not in the spec."""
     if any(c.name == container for c in pod.spec.containers):
         return f"spec.containers{{{container}}}"
     if any(c.name == container for c in pod.spec.init_containers):
         return f"spec.initContainers{{{container}}}"
+    if any(c.name == container for c in pod.spec.ephemeral_containers):
+        return f"spec.ephemeralContainers{{{container}}}"
     return ""
 
 

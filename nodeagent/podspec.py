@@ -434,6 +434,30 @@ class Container(_S, frozen=True):
         return "Always" if tag == "latest" else "IfNotPresent"
 
 
+class EphemeralContainer(Container, frozen=True):
+    """One ``spec.ephemeralContainers[]`` entry (``kubectl debug``): a container added to a
+    running pod through the ``ephemeralcontainers`` subresource, started once and never
+    restarted. ``targetContainerName`` puts it in that container's PID namespace."""
+
+    target_container_name: str = ""
+
+
+def ephemeral_forbidden_field(container: EphemeralContainer) -> str | None:
+    """The first field of ``container`` the apiserver refuses on an ephemeral container
+    (ports, probes, lifecycle, resources), else None."""
+    for field, present in (
+        ("ports", bool(container.ports)),
+        ("livenessProbe", container.liveness_probe is not None),
+        ("readinessProbe", container.readiness_probe is not None),
+        ("startupProbe", container.startup_probe is not None),
+        ("lifecycle", container.lifecycle is not None),
+        ("resources", bool(container.resources.limits or container.resources.requests)),
+    ):
+        if present:
+            return field
+    return None
+
+
 class Sysctl(_S, frozen=True):
     name: str
     value: str
@@ -475,6 +499,7 @@ class PodOS(_S, frozen=True):
 class PodSpec(_S, frozen=True):
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] = ()
+    ephemeral_containers: tuple[EphemeralContainer, ...] = ()
     restart_policy: str = "Always"
     termination_grace_period_seconds: int | None = DEFAULT_TERMINATION_GRACE_PERIOD
     dns_policy: str = "ClusterFirst"
@@ -582,6 +607,7 @@ def check_identity(pod: Pod) -> None:
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),
+        ("ephemeralContainers", pod.spec.ephemeral_containers),
     ):
         for i, container in enumerate(containers):
             where = f"spec.{key}[{i}]"

@@ -37,6 +37,7 @@ def _quantities(pod: Pod) -> Iterator[tuple[str, object]]:
     for key, containers in (
         ("initContainers", pod.spec.init_containers),
         ("containers", pod.spec.containers),
+        ("ephemeralContainers", pod.spec.ephemeral_containers),
     ):
         for i, container in enumerate(containers):
             where = f"spec.{key}[{i}]"
@@ -68,7 +69,7 @@ def _raw_quantities(obj: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         return
-    for key in ("initContainers", "containers"):
+    for key in ("initContainers", "containers", "ephemeralContainers"):
         containers = spec.get(key)
         if not isinstance(containers, list):
             continue

@@ -48,6 +48,8 @@ class PodActions:
     """In spec order: the next plain init container, and sidecars to (re)start."""
     containers_to_start: tuple[str, ...] = ()
     containers_to_kill: tuple[KillContainer, ...] = ()
+    ephemeral_containers_to_start: tuple[str, ...] = ()
+    """In spec order: the ephemeral containers the runtime has never created."""
 
 
 def should_restart_on_failure(pod: Pod) -> bool:
@@ -272,6 +274,7 @@ def compute_pod_actions(
     if create:
         return _new_sandbox_actions(pod, state, attempt, sandbox_id)
 
+    ephemeral = ephemeral_containers_to_start(pod, state)
     init = compute_init_container_actions(pod, state, startup, failed_probes)
     inits = pod.spec.init_containers
     init_to_start = tuple(dict.fromkeys(inits[i].name for i in init.to_start))
@@ -283,6 +286,7 @@ def compute_pod_actions(
             attempt=attempt,
             init_containers_to_start=init_to_start,
             containers_to_kill=tuple(init.to_kill),
+            ephemeral_containers_to_start=ephemeral,
         )
 
     to_start: list[str] = []
@@ -322,7 +326,15 @@ def compute_pod_actions(
         init_containers_to_start=init_to_start,
         containers_to_start=tuple(to_start),
         containers_to_kill=tuple(to_kill),
+        ephemeral_containers_to_start=ephemeral,
     )
+
+
+def ephemeral_containers_to_start(pod: Pod, state: PodRuntimeState) -> tuple[str, ...]:
+    """The ephemeral containers the runtime has no container for, in spec order. One that
+    exists in any state (running, exited, created, unknown) is never started again: the
+    kubelet never restarts an ephemeral container."""
+    return tuple(c.name for c in pod.spec.ephemeral_containers if state.find(c.name) is None)
 
 
 def has_any_regular_container_created(pod: Pod, state: PodRuntimeState) -> bool:

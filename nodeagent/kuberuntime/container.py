@@ -189,12 +189,19 @@ def security_context(
     settings: PodRuntimeSettings,
     *,
     image_user: ImageUser | None = None,
+    target_id: str = "",
 ) -> api.LinuxContainerSecurityContext:
     """``image_user``: who the image runs as (checked against ``runAsNonRoot``); None skips
-    that check."""
+    that check. ``target_id``: the container whose PID namespace an ephemeral container
+    joins (``targetContainerName``); honoured only when the pod does not share one PID
+    namespace already (pod or host), as the kubelet's ``NamespaceMode_TARGET``."""
     csc, psc = container.security_context, pod.spec.security_context
+    namespaces = namespace_options(pod)
+    if target_id and namespaces.pid == api.CONTAINER:
+        namespaces.pid = api.TARGET
+        namespaces.target_id = target_id
     out = api.LinuxContainerSecurityContext(
-        namespace_options=namespace_options(pod),
+        namespace_options=namespaces,
         seccomp=seccomp_profile(pod, container, settings),
     )
     run_as_user = csc.run_as_user if csc and csc.run_as_user is not None else None
@@ -243,10 +250,12 @@ def build_container_config(
     inputs: EnvInputs,
     mounts: Sequence[cri.Mount] = (),
     image_user: ImageUser | None = None,
+    target_id: str = "",
 ) -> cri.ContainerConfig:
     """Raises ``ContainerConfigError`` with the kubelet's message when the environment or the
     security context cannot be honoured. ``image_user``: the image's user from its
-    ``ImageStatus`` (``runAsNonRoot`` is verified against it)."""
+    ``ImageStatus`` (``runAsNonRoot`` is verified against it); ``target_id``: an ephemeral
+    container's target (its PID namespace)."""
     log_path = container_log_path(container, restart_count)
     env = make_environment(pod, container, inputs)
     command, args = expand_command(container, env)
@@ -266,6 +275,8 @@ def build_container_config(
         tty=container.tty,
         linux=cri.LinuxContainerConfig(
             resources=linux_resources(pod, container, settings),
-            security_context=security_context(pod, container, settings, image_user=image_user),
+            security_context=security_context(
+                pod, container, settings, image_user=image_user, target_id=target_id
+            ),
         ),
     )

@@ -285,7 +285,11 @@ def referenced_objects(pod: Pod) -> tuple[set[str], set[str]]:
     """Names of the ConfigMaps and Secrets the containers' environments read."""
     config_maps: set[str] = set()
     secrets: set[str] = set()
-    for container in (*pod.spec.init_containers, *pod.spec.containers):
+    for container in (
+        *pod.spec.init_containers,
+        *pod.spec.containers,
+        *pod.spec.ephemeral_containers,
+    ):
         for source in container.env_from:
             if source.config_map_ref is not None:
                 config_maps.add(source.config_map_ref.name)

@@ -3,6 +3,7 @@
 
 1. compute the plan; 2. kill the pod when its sandbox must go (or nothing should run any more);
 3. kill unwanted containers; 4. RunPodSandbox, then PodSandboxStatus for the IPs; 5. start the
+ephemeral containers never created yet (``targetContainerName`` -> CRI ``pid: TARGET``), then the
 next init container (one at a time, and nothing else); 6. start the regular containers in spec
 order. Starting one: crash-loop back-off check, image presence, the pod's managed /etc/hosts
 (``etchosts``, rewritten for each container once the pod has IPs), CreateContainer, StartContainer,
@@ -92,7 +93,14 @@ from nodeagent.kuberuntime.termination import (
 )
 from nodeagent.kuberuntime.termination_order import TerminationOrdering
 from nodeagent.log import Logger, get_logger
-from nodeagent.podspec import Container, Pod, format_pod, termination_grace_period
+from nodeagent.podspec import (
+    Container,
+    EphemeralContainer,
+    Pod,
+    ephemeral_forbidden_field,
+    format_pod,
+    termination_grace_period,
+)
 
 MIN_GRACE_PERIOD: Final = 2  # minimumGracePeriodInSeconds
 LOG_TAIL_READ: Final = 64 * 1024
@@ -275,6 +283,20 @@ class RuntimeManager:
         if pod.spec.host_network:
             pod_ips = pod_ips or inputs.host_ips
         inputs = dataclasses.replace(inputs, pod_ips=tuple(pod_ips))
+        # The kubelet's step 5: ephemeral containers first, so that a debug container runs
+        # even while an init container keeps failing.
+        ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
+        for name in actions.ephemeral_containers_to_start:
+            await self._start_container(
+                pod,
+                ephemeral[name],
+                state=state,
+                sandbox_id=sandbox_id,
+                sandbox_config=sandbox_config,
+                inputs=inputs,
+                result=result,
+                volumes=volumes or NoVolumes(),
+            )
         by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
         for name in actions.init_containers_to_start:
             container = by_name[name]
@@ -389,11 +411,18 @@ class RuntimeManager:
         result: SyncResult,
         volumes: PodMounts,
     ) -> bool:
-        """Start one container (and run its postStart hook); False when it did not start."""
+        """Start one container (and run its postStart hook); False when it did not start.
+        An ephemeral container joins its target's PID namespace (``targetContainerName``)."""
 
         def failed(message: str) -> None:
             result.event("Warning", "Failed", message, container=container.name)
 
+        if (refused := ephemeral_refusal(pod, container)) is not None:
+            result.failures[container.name] = ContainerFailure(
+                CREATE_CONTAINER_CONFIG_ERROR, refused
+            )
+            failed(f"Error: {refused}")
+            return False
         previous = state.find(container.name)
         if self._backing_off(pod, container, state, result):
             return False
@@ -408,6 +437,7 @@ class RuntimeManager:
         restart_count = previous.restart_count + 1 if previous is not None else 0
         message_file = termination_message_file(self._settings, pod, container, new_instance_id())
         try:
+            target_id = namespace_target(container, state)
             env = dict(make_environment(pod, container, inputs))
             mounts = await volumes.container_mounts(container, env)
             hosts = await self._hosts_mounts(pod, container, inputs.pod_ips)
@@ -424,6 +454,7 @@ class RuntimeManager:
                     *termination_message_mounts(message_file),
                 ],
                 image_user=self._images.user_of(image_ref),
+                target_id=target_id,
             )
         except ContainerConfigError as e:
             result.failures[container.name] = ContainerFailure(
@@ -779,6 +810,35 @@ class RuntimeManager:
             await self._files.remove_links_to(self._settings.container_logs_dir, log_dir + "/")
         await self._files.remove_tree(containers_dir(self._settings, state.uid))
         await self._files.unlink(etchosts.hosts_file_path(self._settings, state.uid))
+
+
+def ephemeral_refusal(pod: Pod, container: Container) -> str | None:
+    """Why an ephemeral container must not run: a field the apiserver refuses on one (it
+    validates them, so only a spec that bypassed it gets here); None for any other container."""
+    if not isinstance(container, EphemeralContainer):
+        return None
+    forbidden = ephemeral_forbidden_field(container)
+    if forbidden is None:
+        return None
+    index = pod.spec.ephemeral_containers.index(container)
+    return (
+        f"spec.ephemeralContainers[{index}].{forbidden}: Forbidden: "
+        "cannot be set for an Ephemeral Container"
+    )
+
+
+def namespace_target(container: Container, state: PodRuntimeState) -> str:
+    """The id of the container whose PID namespace an ephemeral container joins (its
+    ``targetContainerName``), "" for none; the kubelet's ``getTargetID``: raises
+    ``ContainerConfigError`` when the runtime has no such container."""
+    if not isinstance(container, EphemeralContainer) or not container.target_container_name:
+        return ""
+    target = state.find(container.target_container_name)
+    if target is None:
+        raise ContainerConfigError(
+            f"unable to find target container {container.target_container_name}"
+        )
+    return target.id
 
 
 def _container_spec(pod: Pod, name: str) -> Container | None:

@@ -219,6 +219,9 @@ def _validate_containers(spec: Mapping[str, Any], fail: Callable[[str, str], NoR
     init = spec.get("initContainers")
     if init is not None and not isinstance(init, list):
         fail("spec.initContainers", f"Invalid value: {show_value(init)}: must be a list")
+    if spec.get("ephemeralContainers"):
+        # The apiserver's ValidatePodCreate, which the kubelet applies to static pods too.
+        fail("spec.ephemeralContainers", "Forbidden: cannot be set on create")
     seen: set[str] = set()
     for key in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(key) or []):

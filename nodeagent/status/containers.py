@@ -6,7 +6,9 @@ terminated with its exit code and reason, or waiting), the one before it as ``la
 restart count from its annotation, ``containerd://<id>``, the image and the image's digest
 reference. A container that has none yet waits with ``ContainerCreating`` (``PodInitializing``
 when the pod has init containers); one that will be restarted and failed to start waits with
-the reason the last sync recorded (``CrashLoopBackOff``, ``ErrImagePull``, ...). Pure.
+the reason the last sync recorded (``CrashLoopBackOff``, ``ErrImagePull``, ...). Ephemeral
+containers get the same statuses, never ready and without ``started`` (the prober never sets
+it for them), waiting with a recorded reason only until they have been created once. Pure.
 """
 
 from __future__ import annotations
@@ -70,28 +72,37 @@ def _convert(
     old: Status | None,
     init: bool,
     sidecar: bool = False,
+    ephemeral: bool = False,
 ) -> Status:
     """``sidecar``: an init container with ``restartPolicy: Always``, ready and started while
-    it runs (until its probes say otherwise), like a regular container."""
+    it runs (until its probes say otherwise), like a regular container. ``ephemeral``: never
+    ready, no ``started``."""
     container_id = f"{runtime_name}://{record.id}"
     state = _state(record, container_id, old)
     running = "running" in state
     succeeded = state.get("terminated", {}).get("exitCode") == 0
-    return {
+    status: Status = {
         "name": record.name,
         "state": state,
         "lastState": {},
-        "ready": succeeded if init and not sidecar else running,
+        "ready": False if ephemeral else succeeded if init and not sidecar else running,
         "restartCount": record.restart_count,
         "image": record.image,
         "imageID": record.image_ref,
         "containerID": container_id,
         "started": running,
     }
+    if ephemeral:
+        del status["started"]
+    return status
 
 
 def _defaults(
-    containers: Sequence[Container], old_by_name: Mapping[str, Status], default_reason: str
+    containers: Sequence[Container],
+    old_by_name: Mapping[str, Status],
+    default_reason: str,
+    *,
+    ephemeral: bool = False,
 ) -> dict[str, Status]:
     statuses: dict[str, Status] = {}
     for container in containers:
@@ -103,8 +114,9 @@ def _defaults(
             "restartCount": 0,
             "image": container.image,
             "imageID": "",
-            "started": False,
         }
+        if not ephemeral:
+            status["started"] = False
         old = old_by_name.get(container.name)
         if old is not None:
             if "terminated" in (old.get("state") or {}):
@@ -154,14 +166,22 @@ def _apply_reasons(
     statuses: dict[str, Status],
     reasons: Mapping[str, WaitingReason],
     init: bool,
+    ephemeral: bool = False,
 ) -> None:
-    """A container that will be restarted and failed to start waits with the failure's reason."""
+    """A container that will be restarted and failed to start waits with the failure's reason
+    (an ephemeral container: one never created, or whose start failed)."""
     for container in containers:
         record = runtime.find(container.name)
         done = record is not None and record.state is ContainerState.EXITED
         if init and done and record is not None and record.exit_code == 0:
             continue
-        if not should_container_be_restarted(container, pod, runtime):
+        if ephemeral:
+            if record is not None and record.state in (
+                ContainerState.RUNNING,
+                ContainerState.EXITED,
+            ):
+                continue
+        elif not should_container_be_restarted(container, pod, runtime):
             continue
         why = reasons.get(container.name)
         if why is None:
@@ -174,7 +194,8 @@ def _apply_reasons(
             waiting["message"] = why.message
         status["state"] = {"waiting": waiting}
         status["ready"] = False
-        status["started"] = False
+        if not ephemeral:
+            status["started"] = False
 
 
 def container_statuses(
@@ -186,10 +207,13 @@ def container_statuses(
     reasons: Mapping[str, WaitingReason],
     runtime_name: str,
     init: bool,
+    ephemeral: bool = False,
 ) -> list[Status]:
+    """``init``: the init containers (spec order); ``ephemeral``: the ephemeral containers;
+    else the regular ones. All but the init containers' come sorted by name."""
     default_reason = POD_INITIALIZING if pod.spec.init_containers else CONTAINER_CREATING
     old_by_name = {str(s.get("name")): s for s in previous}
-    statuses = _defaults(containers, old_by_name, default_reason)
+    statuses = _defaults(containers, old_by_name, default_reason, ephemeral=ephemeral)
     _infer_lost(pod, runtime, statuses, old_by_name, default_reason)
     seen: dict[str, int] = {}
     sidecars = {c.name for c in containers if init and c.restart_policy == "Always"}
@@ -204,6 +228,7 @@ def container_statuses(
             old=old,
             init=init,
             sidecar=record.name in sidecars,
+            ephemeral=ephemeral,
         )
         if converted["image"].startswith("sha256:") or not converted["image"]:
             converted["image"] = statuses[record.name]["image"]  # the spec's, not an id
@@ -213,7 +238,13 @@ def container_statuses(
             statuses[record.name]["lastState"] = converted["state"]
         seen[record.name] = count + 1
     _apply_reasons(
-        pod, runtime, containers=containers, statuses=statuses, reasons=reasons, init=init
+        pod,
+        runtime,
+        containers=containers,
+        statuses=statuses,
+        reasons=reasons,
+        init=init,
+        ephemeral=ephemeral,
     )
     if init:
         return [statuses[c.name] for c in containers]

@@ -69,6 +69,16 @@ def generate_pod_status(
         runtime_name=runtime_name,
         init=False,
     )
+    ephemeral_statuses = container_statuses(
+        pod,
+        runtime,
+        containers=pod.spec.ephemeral_containers,
+        previous=previous.get("ephemeralContainerStatuses") or [],
+        reasons=reasons,
+        runtime_name=runtime_name,
+        init=False,
+        ephemeral=True,
+    )
     if probes is not None:
         probes.apply(pod, statuses)
         sidecars = {c.name for c in pod.spec.init_containers if c.restart_policy == "Always"}
@@ -114,6 +124,8 @@ def generate_pod_status(
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = pod_qos_class(pod).value
     return status
 

@@ -126,6 +126,12 @@ def test_yaml_dates_stay_strings_as_in_the_kubelets_yaml_to_json() -> None:
             id="duplicate container",
         ),
         pytest.param(
+            WEB + "  ephemeralContainers:\n  - {name: dbg, image: busybox}\n",
+            "spec.ephemeralContainers",
+            "Forbidden: cannot be set on create",
+            id="ephemeral containers",
+        ),
+        pytest.param(
             WEB + "  restartPolicy: Sometimes\n",
             "spec.restartPolicy",
             '"Sometimes"',
