@@ -146,7 +146,7 @@ async def running_stack(
             AllocationManager(
                 path=None,
                 allocatable=allocatable,
-                active_pods=lambda: workers.active_pods(),
+                active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
                 events=events,
             )
             if allocation
