@@ -89,6 +89,10 @@ SANDBOX_RETRY: Final = 10.0
 SERVICES_FIRST_LIST_WAIT: Final = 5.0
 RESOLV_CONF_TTL: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
+RESIZE_POLL: Final = 1.0
+"""How soon a resize the runtime has not yet read back is looked at again."""
+RESIZE_ERROR_RETRY: Final = 10.0
+"""How soon a resize that failed to apply is tried again."""
 
 
 def _shrinks_memory(old: Resources, new: Resources) -> bool:
@@ -380,8 +384,11 @@ class PodSync:
         if self._cgroups is not None and resized:
             await self._cgroups.ensure_pod(pod)
         alloc = self._allocation
-        if alloc is not None and resized and alloc.in_progress(pod.uid):
-            await self._finish_resize(pod)
+        if alloc is not None and alloc.in_progress(pod.uid):
+            if not resized:  # refused (PodResizeInProgress Error): try again later
+                result.retry_after(RESIZE_ERROR_RETRY)
+            elif not await self._finish_resize(pod):  # the runtime has not caught up yet
+                result.retry_after(RESIZE_POLL)
         resize_moved = self._resize_view(pod) != view
         if volumes is not None and volumes.retry_in is not None:
             result.retry_after(volumes.retry_in)
@@ -478,9 +485,11 @@ class PodSync:
         self._allocation.resize_failed(pod, MEMORY_USAGE_MESSAGE.format(pod=pod.name))
         return False
 
-    async def _finish_resize(self, pod: Pod) -> None:
-        if self._allocation is not None and await self._resize_settled(pod):
-            self._allocation.resize_done(pod)
+    async def _finish_resize(self, pod: Pod) -> bool:
+        if self._allocation is None or not await self._resize_settled(pod):
+            return False
+        self._allocation.resize_done(pod)
+        return True
 
     async def _resize_settled(self, pod: Pod) -> bool:
         """Every running container runs with its allocation, as the runtime reads it back

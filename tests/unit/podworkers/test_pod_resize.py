@@ -228,3 +228,43 @@ async def test_restart_container_policy_restarts_it_with_the_new_limits() -> Non
     assert app_status(pod)["resources"]["limits"]["memory"] == "256Mi"
     killing = [m for _, _, r, m in events.seen if r == "Killing"]
     assert killing == ["Container app resize requires restart"]
+
+
+async def test_a_deferred_resize_is_accepted_once_another_pod_leaves() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    events = Events()
+    seed_node(server)
+    seed_web(server)
+    other = container("app", command=["sleep", "3600"], requests={"cpu": "1500m"})
+    body = pod_object("other", node=NODE, containers=[other])
+    del body["metadata"]["uid"]
+    server.seed(PODS, body)
+    async with running_stack(server, runtime, events=events, allocation=True) as stack:
+        await until(lambda: stack.running("app"))
+        await until(lambda: len(runtime.sandbox_ids) == 2)
+        await resize(
+            stack,
+            {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        )
+        pending = await until(lambda: resize_condition(stack.pod("web"), "PodResizePending"))
+        assert pending["reason"] == "Deferred"
+        assert pending["message"] == (
+            "Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: 2000"
+        )
+        assert runtime.updates == []
+        stack.server.remove(PODS, "other", "default")
+        pod = await until(
+            lambda: (
+                resize_condition(stack.pod("web"), "PodResizePending") is None
+                and resize_condition(stack.pod("web"), "PodResizeInProgress") is None
+                and stack.pod("web")
+            ),
+            within=120,
+        )
+    assert app_status(pod)["resources"]["limits"] == {"cpu": "1", "memory": "128Mi"}
+    assert [r for r in events.reasons() if r.startswith("Resize")] == [
+        "ResizeDeferred",
+        "ResizeStarted",
+        "ResizeCompleted",
+    ]
