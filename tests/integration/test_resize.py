@@ -1,8 +1,9 @@
 """In-place pod resize on the real containerd and kube-apiserver: ``kubectl patch pod
 --subresource resize`` raising a Burstable pod's cpu and memory limits reaches the container's
 cgroup (cgroup v1 on this host: the container manager is in maintenance mode, CRI
-``UpdateContainerResources`` alone carries the limits) and the pod's status; a request beyond
-allocatable stays ``PodResizePending``/``Infeasible`` with the kubelet's message.
+``UpdateContainerResources`` alone carries the limits) and the pod's status, with the
+``ResizeStarted``/``ResizeCompleted`` Events; a resize with no room beside another pod stays
+``PodResizePending``/``Deferred`` with the kubelet's message until that pod is gone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from podnode import remove_cgroup_tree, until
 from test_pods import _get, cluster_node, remove_namespace_pods
 
 from nodeagent.kuberuntime import CriClient
+from nodeagent.quantity import milli_value
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +35,7 @@ def resize_pod(name: str, node: str) -> dict[str, Any]:
         "spec": {
             "nodeName": node,
             "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
             "containers": [
                 {
                     "name": "app",
@@ -83,7 +86,7 @@ def condition(pod: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return None
 
 
-async def test_resize_raises_container_limits_and_refuses_beyond_allocatable(
+async def test_resize_raises_container_limits_and_defers_without_room(
     control_plane: Any, containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
     suffix = secrets.token_hex(3)
@@ -91,7 +94,7 @@ async def test_resize_raises_container_limits_and_refuses_beyond_allocatable(
     kubectl = control_plane.kubectl
     kubectl("create", "namespace", namespace)
     try:
-        async with cluster_node(control_plane, containerd, tmp_path, node):
+        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True):
             body = resize_pod("web", node)
             kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
 
@@ -145,11 +148,16 @@ async def test_resize_raises_container_limits_and_refuses_beyond_allocatable(
             assert app["containerID"] == f"containerd://{container_id}"  # not restarted
             assert app["restartCount"] == 0
             assert condition(pod, "PodResizePending") is None
-            events = _get(control_plane, "events", "-n", namespace) or {}
-            reasons = {e.get("reason") for e in events.get("items", [])}
-            assert {"ResizeStarted", "ResizeCompleted"} <= reasons
 
-            await refuses_beyond_allocatable(control_plane, namespace, cgroup)
+            def resize_events() -> set[str] | None:
+                events = _get(control_plane, "events", "-n", namespace) or {}
+                reasons = {str(e.get("reason")) for e in events.get("items", [])}
+                wanted = {"ResizeStarted", "ResizeCompleted"}
+                return reasons if wanted <= reasons else None
+
+            await until("the ResizeStarted and ResizeCompleted Events", resize_events, within=30)
+
+            await deferred_until_room(control_plane, namespace, node, cgroup)
     finally:
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         kubectl("delete", "node", node, "--ignore-not-found", check=False)
@@ -158,35 +166,53 @@ async def test_resize_raises_container_limits_and_refuses_beyond_allocatable(
         assert remove_cgroup_tree(node) == []
 
 
-async def refuses_beyond_allocatable(control_plane: Any, namespace: str, cgroup: str) -> None:
-    """A cpu request no node of this size has: PodResizePending/Infeasible, nothing applied."""
+async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgroup: str) -> None:
+    """A resize that fits the node but not beside another pod's requests: PodResizePending
+    Deferred with the kubelet's message, nothing applied; once that pod is gone it is applied.
+    (A request beyond the node's allocatable never reaches the node: the 1.36 apiserver refuses
+    the resize itself.)"""
     kubectl = control_plane.kubectl
-    too_big = {
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "resources": {"requests": {"cpu": "64"}, "limits": {"cpu": "64"}},
-                }
-            ]
-        }
-    }
+    hog = resize_pod("hog", node)
+    hog["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1500m"}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(hog))
+    await until(
+        "the other pod Running",
+        lambda: (
+            ((_get(control_plane, "pod", "hog", "-n", namespace) or {}).get("status") or {}).get(
+                "phase"
+            )
+            == "Running"
+        ),
+        within=120,
+        every=0.5,
+    )
+    allocatable = _get(control_plane, "node", node)["status"]["allocatable"]["cpu"]
+    capacity = milli_value(allocatable)
+    wanted = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    patch = {"spec": {"containers": [{"name": "app", "resources": wanted}]}}
     kubectl(
         "patch", "pod", "web", "-n", namespace, "--subresource", "resize",
-        "--patch", json.dumps(too_big),
+        "--patch", json.dumps(patch),
     )  # fmt: skip
     pending = await until(
-        "PodResizePending Infeasible",
+        "PodResizePending Deferred",
         lambda: condition(_get(control_plane, "pod", "web", "-n", namespace), "PodResizePending"),
         within=60,
     )
-    assert pending["status"] == "True"
-    assert pending["reason"] == "Infeasible"
-    assert pending["message"].startswith(
-        "Node didn't have enough capacity: cpu, requested: 64000, capacity: "
+    assert (pending["status"], pending["reason"]) == ("True", "Deferred")
+    assert pending["message"] == (
+        f"Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: {capacity}"
     )
     assert v1_limits(cgroup) == (40_000, 128 * 2**20)  # nothing applied
-    pod = _get(control_plane, "pod", "web", "-n", namespace)
-    app = pod["status"]["containerStatuses"][0]
+    app = _get(control_plane, "pod", "web", "-n", namespace)["status"]["containerStatuses"][0]
     assert app["allocatedResources"]["cpu"] == "100m"
     assert app["resources"]["limits"]["cpu"] == "400m"
+
+    kubectl("delete", "pod", "hog", "-n", namespace, "--wait=false")
+    await until(
+        "the deferred resize applied once there is room",
+        lambda: v1_limits(cgroup) == (100_000, 128 * 2**20),
+        within=120,
+        every=1,
+        explain=lambda: _get(control_plane, "pod", "web", "-n", namespace),
+    )
