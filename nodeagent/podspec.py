@@ -100,6 +100,7 @@ class ObjectMeta(_S, frozen=True):
     deletion_grace_period_seconds: int | None = None
     creation_timestamp: str | None = None
     resource_version: str = ""
+    generation: int = 0
     owner_references: tuple[OwnerReference, ...] = ()
 
 
@@ -155,6 +156,14 @@ class EnvFromSource(_S, frozen=True):
 class ResourceRequirements(_S, frozen=True):
     limits: dict[str, str | int | float] = {}
     requests: dict[str, str | int | float] = {}
+
+
+class ContainerResizePolicy(_S, frozen=True):
+    """``resizePolicy[]``: whether resizing ``resourceName`` restarts the container
+    (``RestartContainer``) or not (``NotRequired``, the default when absent)."""
+
+    resource_name: str
+    restart_policy: str = "NotRequired"
 
 
 class Capabilities(_S, frozen=True):
@@ -407,6 +416,7 @@ class Container(_S, frozen=True):
     env: tuple[EnvVar, ...] = ()
     env_from: tuple[EnvFromSource, ...] = ()
     resources: ResourceRequirements = ResourceRequirements()
+    resize_policy: tuple[ContainerResizePolicy, ...] = ()
     image_pull_policy: str = ""
     termination_message_path: str = "/dev/termination-log"
     termination_message_policy: str = "File"

@@ -33,6 +33,7 @@ from nodeagent.cm.policy import (
     pod_resource_config,
     qos_resource_configs,
     reserved_from,
+    widen,
 )
 from nodeagent.config import Config
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
@@ -176,13 +177,33 @@ class ContainerManager:
             pod_pids_limit=s.pod_pids_limit,
         )
 
-    async def ensure_pod(self, pod: Pod) -> None:
-        """The pod's cgroup exists with its limits (before its sandbox is created)."""
+    def applied(self, uid: str) -> ResourceConfig | None:
+        """The limits last written to the pod's cgroup (None: none yet, or cm inactive)."""
+        return self._applied.get(uid)
+
+    async def pod_memory_usage(self, uid: str) -> int | None:
+        """The pod cgroup's ``memory.current`` (None when unknown: cm inactive, no cgroup)."""
+        parts = self._names.get(uid)
+        if not self.enabled or self._ops is None or parts is None:
+            return None
+        text = await asyncio.to_thread(self._fs.read, self._ops.path(parts), "memory.current")
+        try:
+            return int(text) if text is not None else None
+        except ValueError:
+            return None
+
+    async def ensure_pod(self, pod: Pod, *, widen_only: bool = False) -> None:
+        """The pod's cgroup exists with its limits (before its sandbox is created).
+        ``widen_only``: an in-place resize is about to be applied to the containers: each
+        limit goes to the larger of the current and the new one (the new ones are written
+        by the call without it, once the containers have been resized)."""
         await self._record_swap(pod)
         if not self.enabled:
             return
         ops = await self.setup()
         config = self.pod_config(pod)
+        if widen_only:
+            config = widen(self._applied.get(pod.uid), config)
         self._pods[pod.uid] = pod
         await self._update_qos(ops)
         if self._applied.get(pod.uid) == config:

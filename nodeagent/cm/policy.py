@@ -176,6 +176,30 @@ def pod_resource_config(
     return ResourceConfig(cpu_shares=MIN_SHARES, cpu_period=period, pids_max=pids)
 
 
+def _larger(a: int | None, b: int | None) -> int | None:
+    """The looser of two limits, None being no limit."""
+    return None if a is None or b is None else max(a, b)
+
+
+def widen(old: ResourceConfig | None, new: ResourceConfig) -> ResourceConfig:
+    """What a pod cgroup holds while a resize is applied: each value at the larger of the
+    old and the new, so the pod grows before its containers and shrinks after them (the
+    kubelet's ``doPodResizeAction`` order)."""
+    if old is None:
+        return new
+    shares = None
+    if old.cpu_shares is not None or new.cpu_shares is not None:
+        shares = max(old.cpu_shares or 0, new.cpu_shares or 0)
+    return ResourceConfig(
+        cpu_shares=shares,
+        cpu_quota=_larger(old.cpu_quota, new.cpu_quota),
+        cpu_period=new.cpu_period,
+        memory_max=_larger(old.memory_max, new.memory_max),
+        pids_max=new.pids_max,
+        memory_min=new.memory_min,
+    )
+
+
 def pod_cpu_request_milli(pod: Pod) -> int:
     amount = {}
     for c in _all_containers(pod):

@@ -263,10 +263,13 @@ def compute_pod_actions(
     failed_probes: Mapping[str, str] | None = None,
     *,
     startup: StartupResults | None = None,
+    resize_restarts: Mapping[str, str] | None = None,
 ) -> PodActions:
     """``failed_probes``: container ID -> ``liveness``/``startup`` from the prober;
     ``startup``: the startup probes' results by container id (sidecars with a startup probe
-    let the next init container start once theirs succeeded)."""
+    let the next init container start once theirs succeeded); ``resize_restarts``: running
+    containers (by name) an in-place resize restarts (``resizePolicy: RestartContainer``),
+    with the Killing message."""
     if pod.deleted:
         newest = state.sandboxes[0].id if state.sandboxes else ""
         return PodActions(kill_pod=True, sandbox_id=newest)
@@ -310,6 +313,11 @@ def compute_pod_actions(
             to_kill.append(_probe_kill(pod, container, record, failed))
             if should_restart_on_failure(pod):
                 to_start.append(container.name)
+            continue
+        resized = (resize_restarts or {}).get(container.name)
+        if resized is not None:
+            to_kill.append(KillContainer(record.id, record.name, resized))
+            to_start.append(container.name)
             continue
         keep += 1
     if keep == 0 and not to_start:

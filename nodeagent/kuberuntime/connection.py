@@ -153,6 +153,11 @@ class RuntimeConnection:
     async def remove_container(self, container_id: str) -> None:
         await (await self._c()).remove_container(container_id)
 
+    async def update_container_resources(
+        self, container_id: str, linux: cri.LinuxContainerResources
+    ) -> None:
+        await (await self._c()).update_container_resources(container_id, linux)
+
     async def list_containers(
         self, filter: cri.ContainerFilter | None = None
     ) -> list[cri.Container]:

@@ -29,7 +29,7 @@ from nodeagent.kuberuntime.backoff import (
     Backoff,
     container_key,
 )
-from nodeagent.kuberuntime.container import build_container_config
+from nodeagent.kuberuntime.container import build_container_config, linux_resources
 from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
 from nodeagent.kuberuntime.env import (
     SERVICES_NOT_READ,
@@ -228,13 +228,16 @@ class RuntimeManager:
         volumes: PodMounts | None = None,
         startup: StartupResults | None = None,
         failed_probes: Mapping[str, str] | None = None,
+        resize_restarts: Mapping[str, str] | None = None,
     ) -> SyncResult:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
         ``startup``: the startup probes' results by container id; ``failed_probes``
         (container ID -> ``liveness``/``startup``) names the containers the prober condemned."""
         result = SyncResult(on_event=on_event)
-        actions = compute_pod_actions(pod, state, failed_probes, startup=startup)
+        actions = compute_pod_actions(
+            pod, state, failed_probes, startup=startup, resize_restarts=resize_restarts
+        )
         self._log.v(4).info(
             "Computed pod actions",
             pod_namespace=pod.namespace,
@@ -626,6 +629,33 @@ class RuntimeManager:
                 container_id=record.id,
             )
         )
+
+    # --- in-place resize -----------------------------------------------------------------
+
+    async def update_container_resources(
+        self, pod: Pod, container: Container, container_id: str
+    ) -> cri.LinuxContainerResources:
+        """CRI ``UpdateContainerResources`` with what the container would be created with
+        now (``container.linux_resources``: the same cpu shares, CFS quota, memory limit,
+        OOM score and unified values); raises ``CriError``/``ContainerConfigError``."""
+        settings = await self._resolved_settings()
+        linux = linux_resources(pod, container, settings)
+        await self._runtime.update_container_resources(container_id, linux)
+        self._log.v(2).info(
+            "Updated container resources",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            container_name=container.name,
+            container_id=container_id,
+            cpu_shares=linux.cpu_shares,
+            cpu_quota=linux.cpu_quota,
+            memory_limit=linux.memory_limit_in_bytes,
+        )
+        return linux
+
+    def desired_resources(self, pod: Pod, container: Container) -> cri.LinuxContainerResources:
+        return linux_resources(pod, container, self._settings)
 
     # --- killing ------------------------------------------------------------------------
 

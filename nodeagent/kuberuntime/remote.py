@@ -40,6 +40,7 @@ from nodeagent.kuberuntime.types import (
     ImageFsInfoResponse,
     ImageSpec,
     ImageStatusResponse,
+    LinuxContainerResources,
     PodSandbox,
     PodSandboxConfig,
     PodSandboxFilter,
@@ -269,6 +270,18 @@ class CriClient:
             "RemoveContainer",
             request,
             api.RemoveContainerResponse,
+            deadline=self._timeout,
+        )
+
+    async def update_container_resources(
+        self, container_id: str, linux: LinuxContainerResources
+    ) -> None:
+        request = api.UpdateContainerResourcesRequest(container_id=container_id, linux=linux)
+        await self._call(
+            RUNTIME,
+            "UpdateContainerResources",
+            request,
+            api.UpdateContainerResourcesResponse,
             deadline=self._timeout,
         )
 

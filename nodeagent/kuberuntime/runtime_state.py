@@ -34,6 +34,18 @@ _FROM_CRI = {
 
 
 @dataclass(frozen=True, slots=True)
+class AppliedResources:
+    """What the runtime reports a container runs with (CRI ``ContainerStatus.resources``):
+    cpu shares, CFS quota and period (microseconds; quota 0 or -1: none) and the memory
+    limit in bytes (0: none)."""
+
+    cpu_shares: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    memory_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerRecord:
     id: str
     name: str
@@ -52,6 +64,8 @@ class ContainerRecord:
     sandbox_id: str = ""
     grace_period: int | None = None
     """The pod's grace period recorded on the container (killing it without its pod)."""
+    resources: AppliedResources | None = None
+    """The resources the runtime reports, None when it reports none."""
     restored: tuple[Pod, Container] | None = field(default=None, compare=False, repr=False)
     """The pod and container restored from the annotations, when it has a preStop hook to
     run when it is killed without its pod."""
@@ -136,7 +150,20 @@ def container_record(status: cri.ContainerStatus, sandbox_id: str = "") -> Conta
         image_id=status.image_id,
         sandbox_id=sandbox_id,
         grace_period=labels.grace_period_of(status.annotations, None),
+        resources=applied_resources(status),
         restored=labels.restore_pod_spec(status.annotations, status.labels),
+    )
+
+
+def applied_resources(status: cri.ContainerStatus) -> AppliedResources | None:
+    if not status.HasField("resources") or not status.resources.HasField("linux"):
+        return None
+    linux = status.resources.linux
+    return AppliedResources(
+        cpu_shares=linux.cpu_shares,
+        cpu_quota=linux.cpu_quota,
+        cpu_period=linux.cpu_period,
+        memory_limit=linux.memory_limit_in_bytes,
     )
 
 

@@ -26,6 +26,7 @@ from nodeagent.kuberuntime.types import (
     ImageFsInfoResponse,
     ImageSpec,
     ImageStatusResponse,
+    LinuxContainerResources,
     PodSandbox,
     PodSandboxConfig,
     PodSandboxFilter,
@@ -74,6 +75,12 @@ class RuntimeService(Protocol):
         ...
 
     async def remove_container(self, container_id: str) -> None: ...
+
+    async def update_container_resources(
+        self, container_id: str, linux: LinuxContainerResources
+    ) -> None:
+        """Change a running container's resources in place (in-place pod resize)."""
+        ...
 
     async def list_containers(self, filter: ContainerFilter | None = None) -> list[Container]: ...
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nodeagent import cgroups
+from nodeagent.allocation import AllocationManager
+from nodeagent.allocation.manager import STATE_FILE as ALLOCATION_STATE_FILE
 from nodeagent.apiserver import Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
@@ -270,6 +273,14 @@ def pod_managers(
     )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
     cm = container_manager(config, settings=settings, driver=connection.cgroup_driver)
+    workers_ref: list[PodWorkers] = []
+    allocation = AllocationManager(
+        path=Path(settings.root_dir) / ALLOCATION_STATE_FILE,
+        allocatable=allocatable,
+        active_pods=lambda: workers_ref[0].active_pods() if workers_ref else [],
+        swap=settings.swap,
+        events=events,
+    )
     sync_events = SyncEvents()
     prober = ProberManager(
         io=ProbeIO(
@@ -300,8 +311,10 @@ def pod_managers(
         volumes=volumes,
         probes=prober,
         cgroups=cm,
+        allocation=allocation,
     )
     workers = PodWorkers(syncer=podsync)
+    workers_ref.append(workers)
     pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=node_name,
@@ -315,6 +328,7 @@ def pod_managers(
         allocatable=allocatable,
         event_sink=events,
         shutting_down=shutting_down,
+        allocated=allocation.allocated_pods,
     )
     gc = gc_managers(
         config,

@@ -27,11 +27,27 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from nodeagent.allocation import AllocationManager
+from nodeagent.allocation.manager import DEFERRED_RETRY
+from nodeagent.allocation.policy import (
+    MEMORY_USAGE_MESSAGE,
+    Resources,
+    resizable_containers,
+    resize_restarts,
+    same_resources,
+)
 from nodeagent.apiserver import Api, NotFound, Resource
 from nodeagent.clock import Clock
+from nodeagent.cm.policy import ResourceConfig
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.kuberuntime.dns import parse_resolv_conf
-from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
+from nodeagent.kuberuntime.env import (
+    ContainerConfigError,
+    EnvInputs,
+    referenced_objects,
+    service_env,
+)
+from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
 from nodeagent.kuberuntime.podsettings import ResolvConf
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
@@ -40,6 +56,7 @@ from nodeagent.log import Logger, get_logger
 from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.prober import NoProbes, PodProbes
+from nodeagent.quantity import value
 from nodeagent.status import StatusManager, generate_pod_status
 from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
@@ -72,6 +89,21 @@ SANDBOX_RETRY: Final = 10.0
 SERVICES_FIRST_LIST_WAIT: Final = 5.0
 RESOLV_CONF_TTL: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
+RESIZE_POLL: Final = 1.0
+"""How soon a resize the runtime has not yet read back is looked at again."""
+RESIZE_ERROR_RETRY: Final = 10.0
+"""How soon a resize that failed to apply is tried again."""
+
+
+def _shrinks_memory(old: Resources, new: Resources) -> bool:
+    a = old.get("limits", {}).get("memory")
+    b = new.get("limits", {}).get("memory")
+    try:
+        return (a is None and b is not None) or (
+            a is not None and b is not None and value(b) < value(a)
+        )
+    except (ValueError, ArithmeticError):
+        return False
 
 
 class EnvSource(Protocol):
@@ -81,7 +113,13 @@ class EnvSource(Protocol):
 class PodCgroups(Protocol):
     """The container manager's part in a pod's life (``nodeagent.cm``)."""
 
-    async def ensure_pod(self, pod: Pod) -> None: ...
+    async def ensure_pod(self, pod: Pod, *, widen_only: bool = False) -> None: ...
+
+    def applied(self, uid: str) -> ResourceConfig | None: ...
+
+    def pod_config(self, pod: Pod) -> ResourceConfig: ...
+
+    async def pod_memory_usage(self, uid: str) -> int | None: ...
 
     async def remove_pod(self, uid: str) -> None: ...
 
@@ -212,12 +250,16 @@ class PodSync:
         volumes: VolumeManager | None = None,
         probes: PodProbes | None = None,
         cgroups: PodCgroups | None = None,
+        allocation: AllocationManager | None = None,
         log: Logger | None = None,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
-        cgroups created before the sandbox, removed after it)."""
+        cgroups created before the sandbox, removed after it). ``allocation``: the
+        allocation manager (in-place resize); without one the spec's resources are used
+        as they are and a resize is never applied."""
         self._runtime = runtime
+        self._allocation = allocation
         self._cgroups = cgroups
         self._volumes = volumes
         self._probes: PodProbes = probes or NoProbes()
@@ -254,6 +296,7 @@ class PodSync:
             now=rfc3339(self._clock),
             terminal=terminal,
             probes=self._probes,
+            **self._resize_view(pod),
         )
         mutate = self._status_overrides.get(pod.uid)
         if mutate is not None:
@@ -283,13 +326,33 @@ class PodSync:
 
         return post
 
+    def _resize_view(self, pod: Pod) -> dict[str, Any]:
+        """The resize conditions and each container's allocated / actual resources."""
+        if self._allocation is None:
+            return {}
+        allocation = self._allocation.allocation(pod.uid)
+        actuated = self._allocation.actuated(pod.uid)
+        resources = {
+            name: (dict(alloc.get("requests", {})), actuated.get(name, {}))
+            for name, alloc in allocation.items()
+        }
+        return {
+            "resize_conditions": self._allocation.conditions(pod.uid),
+            "resources": resources,
+        }
+
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         self._probes.add_pod(pod)
+        if self._allocation is not None:
+            # From here on the pod is as allocated: a resize the node has not accepted
+            # (PodResizePending) changes nothing that runs.
+            pod = await self._allocation.allocate(pod)
         state = await self._runtime.pod_state(pod.uid)
+        view = self._resize_view(pod)
         if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         if self._cgroups is not None:
-            await self._cgroups.ensure_pod(pod)
+            await self._cgroups.ensure_pod(pod, widen_only=True)
         volumes = None
         if self._volumes is not None:
             volumes = await self._volumes.set_up(pod)
@@ -299,6 +362,7 @@ class PodSync:
             if not volumes.ready:
                 return SyncOutcome(retry_in=volumes.retry_in)
         inputs = await self._env.inputs(pod)
+        restarts, resized = await self._resize(pod, state)
         result = await self._runtime.sync_pod(
             pod,
             state,
@@ -308,17 +372,150 @@ class PodSync:
             volumes=volumes,
             startup=self._probes.startup_results(pod.uid),
             failed_probes=self._probes.failed_probes(pod.uid),
+            resize_restarts=restarts,
         )
         self._record(pod, result)
+        if self._allocation is not None:
+            allocation = self._allocation.allocation(pod.uid)
+            started = {n: allocation[n] for n in result.started if n in allocation}
+            await self._allocation.set_actuated(pod.uid, started)
+            if self._allocation.deferred(pod.uid):
+                result.retry_after(DEFERRED_RETRY)
+        if self._cgroups is not None and resized:
+            await self._cgroups.ensure_pod(pod)
+        alloc = self._allocation
+        if alloc is not None and alloc.in_progress(pod.uid):
+            if not resized:  # refused (PodResizeInProgress Error): try again later
+                result.retry_after(RESIZE_ERROR_RETRY)
+            elif not await self._finish_resize(pod):  # the runtime has not caught up yet
+                result.retry_after(RESIZE_POLL)
+        resize_moved = self._resize_view(pod) != view
         if volumes is not None and volumes.retry_in is not None:
             result.retry_after(volumes.retry_in)
         if result.sandbox_error is not None:
             result.retry_after(SANDBOX_RETRY)
-        if result.started or result.failures or result.sandbox_error or result.events:
+        if (
+            result.started
+            or result.failures
+            or result.sandbox_error
+            or result.events
+            or resize_moved
+        ):
             state = await self._runtime.pod_state(pod.uid)
             if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
                 return SyncOutcome(terminal=True)
         return SyncOutcome(retry_in=result.retry_in)
+
+    async def _resize(self, pod: Pod, state: PodRuntimeState) -> tuple[dict[str, str], bool]:
+        """Apply the pod's allocation to its running containers (the kubelet's
+        ``doPodResizeAction``): the pod cgroup is already widened to the larger of the old
+        and new limits; each container whose allocation differs from what it runs with gets
+        CRI ``UpdateContainerResources`` (shrinking memory first), a ``RestartContainer``
+        policy restarts it instead. Returns (containers to restart -> message, whether the
+        pod cgroup may now take its new limits)."""
+        alloc = self._allocation
+        if alloc is None:
+            return {}, True
+        allocation = alloc.allocation(pod.uid)
+        running = {
+            c.name: c
+            for c in reversed(state.containers)
+            if c.state is ContainerState.RUNNING and c.name in allocation
+        }
+        actuated = alloc.actuated(pod.uid)
+        unknown = {n: allocation[n] for n in running if n not in actuated}
+        if unknown:  # started before the allocation was recorded: it runs with it
+            await alloc.set_actuated(pod.uid, unknown)
+            actuated.update(unknown)
+        restarts = resize_restarts(pod, actuated, list(running))
+        sidecars = {c.name for c in pod.spec.init_containers}
+        for name in [n for n in restarts if n in sidecars]:
+            alloc.resize_failed(
+                pod,
+                f"resizePolicy RestartContainer of sidecar container {name}: nodeagent cannot "
+                "restart a sidecar for a resize yet",
+            )
+            return {}, False
+        updates = [
+            c
+            for c in resizable_containers(pod)
+            if c.name in running
+            and c.name not in restarts
+            and not same_resources(actuated[c.name], allocation[c.name])
+        ]
+        if not updates and not restarts:
+            return {}, True
+        alloc.resize_applying(pod)
+        if not await self._memory_allows(pod):
+            return {}, False
+        updates.sort(key=lambda c: not _shrinks_memory(actuated[c.name], allocation[c.name]))
+        for container in updates:
+            record = running[container.name]
+            try:
+                await self._runtime.update_container_resources(pod, container, record.id)
+            except (CriError, ContainerConfigError) as e:
+                text = e.status_text if isinstance(e, CriError) else str(e)
+                self._log.warning(
+                    "Cannot update container resources",
+                    pod_namespace=pod.namespace,
+                    pod_name=pod.name,
+                    pod_uid=pod.uid,
+                    container_name=container.name,
+                    error=text,
+                )
+                alloc.resize_failed(pod, text)
+                return {}, False
+            await alloc.set_actuated(pod.uid, {container.name: allocation[container.name]})
+        return restarts, True
+
+    async def _memory_allows(self, pod: Pod) -> bool:
+        """A pod memory limit never goes below what the pod uses (the kubelet aborts the
+        resize, ``PodResizeInProgress`` with ``Error``, and tries again later)."""
+        if self._cgroups is None or self._allocation is None:
+            return True
+        new = self._cgroups.pod_config(pod).memory_max
+        old = self._cgroups.applied(pod.uid)
+        if new is None or (
+            old is not None and old.memory_max is not None and new >= old.memory_max
+        ):
+            return True
+        usage = await self._cgroups.pod_memory_usage(pod.uid)
+        if usage is None or usage < new:
+            return True
+        self._allocation.resize_failed(pod, MEMORY_USAGE_MESSAGE.format(pod=pod.name))
+        return False
+
+    async def _finish_resize(self, pod: Pod) -> bool:
+        if self._allocation is None or not await self._resize_settled(pod):
+            return False
+        self._allocation.resize_done(pod)
+        return True
+
+    async def _resize_settled(self, pod: Pod) -> bool:
+        """Every running container runs with its allocation, as the runtime reads it back
+        (when it reports resources) and as the agent last set it."""
+        if self._allocation is None:
+            return True
+        allocation = self._allocation.allocation(pod.uid)
+        actuated = self._allocation.actuated(pod.uid)
+        state = await self._runtime.pod_state(pod.uid)
+        by_name = {c.name: c for c in resizable_containers(pod)}
+        for name, alloc in allocation.items():
+            record = state.find(name)
+            if record is None or record.state is not ContainerState.RUNNING:
+                continue
+            if not same_resources(actuated.get(name, {}), alloc):
+                return False
+            container = by_name.get(name)
+            if record.resources is None or container is None:
+                continue
+            want = self._runtime.desired_resources(pod, container)
+            got = record.resources
+            if got.memory_limit != want.memory_limit_in_bytes or got.cpu_shares != want.cpu_shares:
+                return False
+            if want.cpu_quota > 0 and got.cpu_quota != want.cpu_quota:
+                return False
+        return True
 
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
         self._probes.stop_liveness_and_startup(pod)
@@ -356,6 +553,8 @@ class PodSync:
         await self.tear_down_volumes(pod.uid)
         await self._remove_cgroup(pod.uid)
         self._probes.remove_pod(pod.uid)
+        if self._allocation is not None:
+            await self._allocation.remove_pod(pod.uid)
         self._reasons.pop(pod.uid, None)
         self._status_overrides.pop(pod.uid, None)
         self._final.pop(pod.uid, None)
@@ -407,3 +606,5 @@ class PodSync:
             await self._volumes.clean_orphans(keep)
         if self._cgroups is not None:
             await self._cgroups.clean_orphans(keep)
+        if self._allocation is not None:
+            await self._allocation.remove_orphans(keep)

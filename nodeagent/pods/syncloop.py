@@ -158,10 +158,13 @@ class SyncLoop:
         housekeeping_period: float = HOUSEKEEPING_PERIOD,
         event_sink: ObjectEventSink | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
+        allocated: Callable[[list[Pod]], list[Pod]] = list,
         log: Logger | None = None,
     ) -> None:
         """``shutting_down``: the node shutdown manager's ``shutdown_in_progress``; while it
-        holds, new pods are refused (``NodeShutdown``)."""
+        holds, new pods are refused (``NodeShutdown``). ``allocated``: the admitted pods as
+        allocated (a resize the node has not accepted does not count against admission)."""
+        self._allocated = allocated
         self._node = node_name
         self._shutting_down = shutting_down
         self._source = source
@@ -328,7 +331,8 @@ class SyncLoop:
             allocatable = self._allocatable()
             if allocatable is None:
                 return True
-            result = admit_pod(pod, allocatable=allocatable, admitted=self._workers.active_pods())
+            admitted = self._allocated(self._workers.active_pods())
+            result = admit_pod(pod, allocatable=allocatable, admitted=admitted)
         if result.admit:
             return True
         self._rejected.add(pod.uid)

@@ -26,6 +26,8 @@ KUBELET_CONDITIONS: Final = (
     "Ready",
     "ContainersReady",
     "PodScheduled",
+    "PodResizePending",
+    "PodResizeInProgress",
 )
 
 

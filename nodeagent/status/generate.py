@@ -49,7 +49,12 @@ def generate_pod_status(
     now: str,
     terminal: bool = False,
     probes: ProbeView | None = None,
+    resize_conditions: Sequence[Status] = (),
+    resources: Mapping[str, tuple[Status, Status]] | None = None,
 ) -> Status:
+    """``resize_conditions``: ``PodResizePending``/``PodResizeInProgress`` of the allocation
+    manager; ``resources``: container name -> (``allocatedResources``, the ``resources`` it
+    runs with), reported on the regular and sidecar containers' statuses."""
     api_status = pod.status
     init_statuses = container_statuses(
         pod,
@@ -83,6 +88,8 @@ def generate_pod_status(
         probes.apply(pod, statuses)
         sidecars = {c.name for c in pod.spec.init_containers if c.restart_policy == "Always"}
         probes.apply(pod, [s for s in init_statuses if s.get("name") in sidecars])
+    if resources:
+        _add_resources([*init_statuses, *statuses], resources)
     phase = pod_phase(pod, [*init_statuses, *statuses], terminal=terminal)
     if phase not in TERMINAL:
         if previous.get("phase") in TERMINAL:
@@ -104,7 +111,8 @@ def generate_pod_status(
     sandbox_ready = not sandbox_changed(pod, runtime)[0]
     ours = kubelet_conditions(pod, [*init_statuses, *statuses], phase, sandbox_ready=sandbox_ready)
     old_conditions = previous.get("conditions") or api_status.get("conditions") or []
-    status["conditions"] = [*others, *with_transition_times(ours, old_conditions, now)]
+    resize = list(resize_conditions) if phase not in TERMINAL else []
+    status["conditions"] = [*others, *with_transition_times([*resize, *ours], old_conditions, now)]
 
     if host_ips:
         status["hostIP"] = host_ips[0]
@@ -128,6 +136,20 @@ def generate_pod_status(
         status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = pod_qos_class(pod).value
     return status
+
+
+def _add_resources(
+    statuses: Sequence[MutableMapping[str, Any]], resources: Mapping[str, tuple[Status, Status]]
+) -> None:
+    for status in statuses:
+        entry = resources.get(str(status.get("name")))
+        if entry is None:
+            continue
+        allocated, actual = entry
+        if allocated:
+            status["allocatedResources"] = dict(allocated)
+        if actual and "running" in (status.get("state") or {}):
+            status["resources"] = {k: dict(v) for k, v in actual.items() if v}
 
 
 def rejected_status(pod: Pod, *, reason: str, message: str, now: str) -> Status:

@@ -193,6 +193,8 @@ class FakeRuntime(_FakeImages):
         self._injected: defaultdict[str, deque[CriError]] = defaultdict(deque)
         self._subscribers: list[asyncio.Queue[cri.ContainerEventResponse]] = []
         self.reopened: list[str] = []  # ReopenContainerLog calls, in order
+        self.updates: list[tuple[str, cri.LinuxContainerResources]] = []
+        self.update_error: str | None = None
         # What ListContainerStats reports per container id: (cpu ns total, working set bytes)
         self.usage: dict[str, tuple[int, int]] = {}
 
@@ -322,6 +324,7 @@ class FakeRuntime(_FakeImages):
             annotations=dict(c.config.annotations),
             mounts=list(c.config.mounts),
             log_path=log_path,
+            resources=cri.ContainerResources(linux=c.config.linux.resources),
         )
 
     # RuntimeService ------------------------------------------------------------------------
@@ -464,6 +467,22 @@ class FakeRuntime(_FakeImages):
         self.grace_periods[container_id] = grace_period
         exit_code = self.stop_exit_code if ctr.state == cri.CONTAINER_RUNNING else 0
         self._finish(ctr, exit_code=exit_code)
+
+    async def update_container_resources(
+        self, container_id: str, linux: cri.LinuxContainerResources
+    ) -> None:
+        """Applies ``linux`` to the container's config (read back in ``ContainerStatus``);
+        ``update_error`` (details) makes the call fail as a runtime refusing it would."""
+        self._enter("UpdateContainerResources")
+        ctr = self._container(container_id, rpc="UpdateContainerResources")
+        if ctr.state != cri.CONTAINER_RUNNING:
+            raise self._error(
+                "UpdateContainerResources", "Unknown", f'container "{container_id}" is not running'
+            )
+        if self.update_error is not None:
+            raise self._error("UpdateContainerResources", "Unknown", self.update_error)
+        ctr.config.linux.resources.CopyFrom(linux)
+        self.updates.append((container_id, linux))
 
     async def remove_container(self, container_id: str) -> None:
         self._enter("RemoveContainer")

@@ -218,10 +218,16 @@ async def test_restarted_agent_adopts_running_pods_without_duplicates(
 
 @contextlib.asynccontextmanager
 async def cluster_node(
-    control_plane: Any, containerd: RuntimeEnv, tmp_path: Path, name: str
+    control_plane: Any,
+    containerd: RuntimeEnv,
+    tmp_path: Path,
+    name: str,
+    *,
+    pod_events: bool = False,
 ) -> AsyncIterator[PodManagers]:
     """Registration, Lease, status with the runtime's readiness, and the pod managers: what
-    ``agent.build`` runs once the pod managers are wired in."""
+    ``agent.build`` runs once the pod managers are wired in. ``pod_events``: the pods' Events
+    go to the API through an ``EventRecorder`` (as ``agent.build`` wires it)."""
     from nodeagent.apiserver import NODES, ApiClient, WatchCache
     from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
     from nodeagent.events import EventRecorder
@@ -247,6 +253,7 @@ async def cluster_node(
     node_cache = WatchCache(
         api=api, resource=NODES, field_selector=f"metadata.name={name}", name="cache:node"
     )
+    recorder = EventRecorder(api=api, clock=clock, node_name=name) if pod_events else None
     base = Config()
     config = msgspec.structs.replace(
         base,
@@ -261,6 +268,7 @@ async def cluster_node(
         node_name=name,
         deleter=GracePeriodZeroDeleter(api=api),
         get_node=lambda: node_cache.get(name),
+        events=recorder,
         settings=PodRuntimeSettings(
             node_name=name,
             root_dir=str(root),
@@ -305,6 +313,7 @@ async def cluster_node(
         node_cache,
         runtime,
         status,
+        *([recorder] if recorder is not None else []),
         *pods.managers,
     ]
     tasks = [asyncio.create_task(m.run(), name=m.name) for m in managers]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.allocation import AllocationManager
 from nodeagent.apiserver import NODES, PODS, WatchCache
 from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
@@ -99,6 +100,7 @@ async def running_stack(
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
     cgroups: PodCgroups | None = None,
+    allocation: bool = False,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -140,6 +142,16 @@ async def running_stack(
         volumes=volumes,
         probes=prober,
         cgroups=cgroups,
+        allocation=(
+            AllocationManager(
+                path=None,
+                allocatable=allocatable,
+                active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
+                events=events,
+            )
+            if allocation
+            else None
+        ),
     )
     workers = PodWorkers(syncer=podsync)
     pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)

@@ -9,6 +9,7 @@ import pytest
 from pod_stack import NODE, make_runtime, running_stack, until
 
 from nodeagent.apiserver import PODS
+from nodeagent.cm.policy import ResourceConfig
 from nodeagent.kuberuntime import types as cri
 from nodeagent.podspec import Pod
 from nodeagent.testing.fake_apiserver import FakeApiServer
@@ -26,8 +27,17 @@ class RecordingCgroups:
         self.log: list[tuple[str, str, int, int]] = []
         self.asked_orphans = 0
 
-    async def ensure_pod(self, pod: Pod) -> None:
+    async def ensure_pod(self, pod: Pod, *, widen_only: bool = False) -> None:
         self.log.append(("ensure", pod.uid, len(self.runtime.sandbox_ids), 0))
+
+    def applied(self, uid: str) -> ResourceConfig | None:
+        return None
+
+    def pod_config(self, pod: Pod) -> ResourceConfig:
+        return ResourceConfig()
+
+    async def pod_memory_usage(self, uid: str) -> int | None:
+        return None
 
     async def remove_pod(self, uid: str) -> None:
         running = sum(
