@@ -114,6 +114,27 @@ def generate_pod_status(
     resize = list(resize_conditions) if phase not in TERMINAL else []
     status["conditions"] = [*others, *with_transition_times([*resize, *ours], old_conditions, now)]
 
+    _set_addresses(status, pod, runtime, previous=previous, host_ips=host_ips)
+    status["startTime"] = previous.get("startTime") or api_status.get("startTime") or now
+    if init_statuses:
+        status["initContainerStatuses"] = init_statuses
+    status["containerStatuses"] = statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
+    status["qosClass"] = pod_qos_class(pod).value
+    return status
+
+
+def _set_addresses(
+    status: Status,
+    pod: Pod,
+    runtime: PodRuntimeState,
+    *,
+    previous: Status,
+    host_ips: Sequence[str],
+) -> None:
+    """``hostIP(s)``, and ``podIP(s)`` from the newest ready sandbox (the node's for a
+    hostNetwork pod), else the ones reported before."""
     if host_ips:
         status["hostIP"] = host_ips[0]
         status["hostIPs"] = _ips(host_ips)
@@ -127,15 +148,6 @@ def generate_pod_status(
     elif previous.get("podIPs"):
         status["podIP"] = previous.get("podIP", "")
         status["podIPs"] = previous["podIPs"]
-
-    status["startTime"] = previous.get("startTime") or api_status.get("startTime") or now
-    if init_statuses:
-        status["initContainerStatuses"] = init_statuses
-    status["containerStatuses"] = statuses
-    if ephemeral_statuses:
-        status["ephemeralContainerStatuses"] = ephemeral_statuses
-    status["qosClass"] = pod_qos_class(pod).value
-    return status
 
 
 def _add_resources(
