@@ -230,8 +230,6 @@ def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None
     [
         ("resources", {"limits": {"cpu": "1"}}, "PodLevelResourcesNotSupported"),
         ("hostAliases", [{"ip": "10.0.0.1", "hostnames": ["db"]}], "HostAliasesNotSupported"),
-        ("readinessGates", [{"conditionType": "example.com/ok"}], "ReadinessGatesNotSupported"),
-        ("activeDeadlineSeconds", 30, "ActiveDeadlineNotSupported"),
         ("hostnameOverride", "other-name", "HostnameOverrideNotSupported"),
         (
             "resourceClaims",
@@ -251,7 +249,16 @@ def test_pod_fields_nodeagent_does_not_implement_are_refused_by_name(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("hostUsers", True), ("hostAliases", []), ("readinessGates", [])]
+    ("field", "value"),
+    [
+        ("hostUsers", True),
+        ("hostAliases", []),
+        ("readinessGates", []),
+        ("readinessGates", [{"conditionType": "example.com/ok"}]),
+        ("activeDeadlineSeconds", 30),
+    ],
 )
-def test_the_default_values_of_those_fields_are_admitted(field: str, value: Any) -> None:
+def test_the_default_values_of_those_fields_and_implemented_ones_are_admitted(
+    field: str, value: Any
+) -> None:
     assert admit_pod(pod(**{field: value}), allocatable=NODE, admitted=[]).admit
