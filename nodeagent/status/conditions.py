@@ -197,7 +197,9 @@ def containers_ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status
 
 def readiness_gate_messages(pod: Pod, conditions: Sequence[Status]) -> list[str]:
     """Why each unmet readiness gate holds the pod back, in ``spec.readinessGates`` order."""
-    by_type = {c.get("type"): c for c in conditions}
+    by_type: dict[Any, Status] = {}
+    for c in conditions:
+        by_type.setdefault(c.get("type"), c)  # the first of a type, as the kubelet looks up
     messages = []
     for gate in pod.spec.readiness_gates:
         kind = str(gate.get("conditionType", ""))

@@ -117,6 +117,7 @@ async def test_a_pod_past_its_active_deadline_fails_and_is_killed(
         assert time.time() < due - 2, "the pod took too long to start for this test"
 
         seen = await failed_at(control_plane, node, "deadline")
+        print(f"deadline 15 s: Failed seen {seen - due:+.2f} s after startTime + 15 s")
         # startTime has whole seconds: the deadline falls at most 1 s before `due`
         assert due - 1.5 <= seen <= due + 3, (seen - due, node.log_tail(1500))
         pod = get_pod(control_plane, node, "deadline")
@@ -169,6 +170,7 @@ async def test_a_deadline_lowered_on_a_running_pod_kills_it_at_the_new_time(
         assert phase(patched) == "Running"
 
         seen = await failed_at(control_plane, node, "lowered")
+        print(f"deadline lowered to {lowered} s: Failed seen {seen - due:+.2f} s after it fell")
         assert due - 1.5 <= seen <= due + 3, (seen - due, node.log_tail(1500))
         assert seen - (due - lowered) < RESYNC
         status = get_pod(control_plane, node, "lowered")["status"]
@@ -224,6 +226,7 @@ async def test_ready_waits_for_the_readiness_gate_a_controller_sets(
             explain=lambda: (pod().get("status"), node.log_tail(1500)),
         )
         took = time.monotonic() - at
+        print(f"readiness gate set True: Ready seen after {took:.2f} s")
         assert took < 5, took  # from the pod watch, not a resync
         assert condition(pod(), GATE)["status"] == "True"  # kept by the agent's patch
 
