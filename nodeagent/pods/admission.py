@@ -75,8 +75,8 @@ def pod_requests(pod: Pod) -> dict[str, int]:
 
 def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
     """Pod-level fields nodeagent does not implement yet, refused by name: running the pod
-    without them would break what the field promises (limits, readiness, deadlines, claims,
-    user namespaces)."""
+    without them would break what the field promises (limits, resource claims, user
+    namespaces)."""
     spec = pod.spec
     refusals: tuple[tuple[bool, str, str, str], ...] = (
         (
@@ -84,18 +84,6 @@ def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
             "PodLevelResourcesNotSupported",
             "spec.resources",
             "pod-level resources are not enforced by nodeagent yet",
-        ),
-        (
-            bool(spec.readiness_gates),
-            "ReadinessGatesNotSupported",
-            "spec.readinessGates",
-            "nodeagent does not evaluate readiness gates yet",
-        ),
-        (
-            spec.active_deadline_seconds is not None,
-            "ActiveDeadlineNotSupported",
-            "spec.activeDeadlineSeconds",
-            "nodeagent does not enforce an active deadline yet",
         ),
         (
             bool(spec.resource_claims),

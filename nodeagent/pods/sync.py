@@ -1,7 +1,10 @@
 """The kubelet's three pod sync functions, over the runtime manager and the status manager.
 
 - ``sync_pod``: read the runtime state, report the status computed from it (the kubelet
-  reports before it acts), stop when the phase is terminal, else set up the pod's volumes (one
+  reports before it acts; a pod past its ``activeDeadlineSeconds`` is Failed
+  ``DeadlineExceeded`` there, with a ``DeadlineExceeded`` Event, and so terminated; one
+  that is not asks its worker to wake when the deadline falls), stop when the phase is
+  terminal, else set up the pod's volumes (one
   that cannot be set up: a ``FailedMount`` Event, and until every volume has been set up once
   no container starts: the kubelet's ``WaitForAttachAndMount``), run the runtime manager's
   ``sync_pod`` with the containers' mounts, remember why containers failed to start (the
@@ -23,6 +26,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import datetime as dt
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -53,6 +57,7 @@ from nodeagent.kuberuntime.podsettings import ResolvConf
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import deadline
 from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.prober import NoProbes, PodProbes
@@ -232,8 +237,12 @@ class FinalStatus:
         return out
 
 
+RFC3339: Final = "%Y-%m-%dT%H:%M:%SZ"
+MIN_DEADLINE_WAKE: Final = 0.05
+
+
 def rfc3339(clock: Clock) -> str:
-    return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    return clock.now().strftime(RFC3339)
 
 
 class PodSync:
@@ -273,6 +282,7 @@ class PodSync:
         self._reasons: dict[str, dict[str, ContainerFailure]] = {}
         self._status_overrides: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self._final: dict[str, FinalStatus] = {}
+        self._deadline_passed: set[str] = set()
 
     def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
@@ -284,8 +294,36 @@ class PodSync:
         condition (an eviction: the kubelet's ``TerminatePodAbnormally`` status function)."""
         self._final[uid] = final
 
+    def _past_deadline(self, pod: Pod, previous: dict[str, Any], now: dt.datetime) -> bool:
+        """The active deadline handler's ``ShouldEvict``: once a pod that has not finished
+        passes its deadline, it stays failed; the ``DeadlineExceeded`` Event is recorded
+        once."""
+        if pod.uid in self._deadline_passed:
+            return True
+        if TERMINAL & {previous.get("phase"), pod.status.get("phase")}:
+            return False
+        if not deadline.exceeded(pod, deadline.start_time(previous, pod), now):
+            return False
+        self._deadline_passed.add(pod.uid)
+        self._log.info(
+            "Pod exceeded its active deadline",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            active_deadline_seconds=pod.spec.active_deadline_seconds,
+        )
+        self._events.record_for(pod_reference(pod), "Normal", deadline.REASON, deadline.MESSAGE)
+        return True
+
+    def _deadline_wake(self, pod: Pod, status: dict[str, Any]) -> float | None:
+        """Seconds until the pod's active deadline falls (its worker syncs then)."""
+        left = deadline.seconds_left(pod, status.get("startTime"), self._clock.now())
+        return None if left is None else max(left, MIN_DEADLINE_WAKE)
+
     def _report(self, pod: Pod, state: PodRuntimeState, *, terminal: bool) -> dict[str, Any]:
         previous = self._status.last_status(pod.uid) or pod.status
+        now = self._clock.now()
+        past_deadline = self._past_deadline(pod, previous, now)
         status = generate_pod_status(
             pod,
             state,
@@ -293,10 +331,11 @@ class PodSync:
             reasons=self._reasons.get(pod.uid, {}),
             runtime_name=self._runtime.settings.runtime_name,
             host_ips=self._host_ips(),
-            now=rfc3339(self._clock),
+            now=now.strftime(RFC3339),
             terminal=terminal,
             probes=self._probes,
             **self._resize_view(pod),
+            evict=(deadline.REASON, deadline.MESSAGE) if past_deadline else None,
         )
         mutate = self._status_overrides.get(pod.uid)
         if mutate is not None:
@@ -349,8 +388,10 @@ class PodSync:
             pod = await self._allocation.allocate(pod)
         state = await self._runtime.pod_state(pod.uid)
         view = self._resize_view(pod)
-        if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
+        reported = self._report(pod, state, terminal=False)
+        if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
+        wake_in = self._deadline_wake(pod, reported)
         if self._cgroups is not None:
             await self._cgroups.ensure_pod(pod, widen_only=True)
         volumes = None
@@ -360,7 +401,7 @@ class PodSync:
                 message = setup_failed_message(name, why)
                 self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
             if not volumes.ready:
-                return SyncOutcome(retry_in=volumes.retry_in)
+                return SyncOutcome(retry_in=volumes.retry_in, wake_in=wake_in)
         inputs = await self._env.inputs(pod)
         restarts, resized = await self._resize(pod, state)
         result = await self._runtime.sync_pod(
@@ -404,7 +445,7 @@ class PodSync:
             state = await self._runtime.pod_state(pod.uid)
             if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
                 return SyncOutcome(terminal=True)
-        return SyncOutcome(retry_in=result.retry_in)
+        return SyncOutcome(retry_in=result.retry_in, wake_in=wake_in)
 
     async def _resize(self, pod: Pod, state: PodRuntimeState) -> tuple[dict[str, str], bool]:
         """Apply the pod's allocation to its running containers (the kubelet's
@@ -558,6 +599,7 @@ class PodSync:
         self._reasons.pop(pod.uid, None)
         self._status_overrides.pop(pod.uid, None)
         self._final.pop(pod.uid, None)
+        self._deadline_passed.discard(pod.uid)
         self._status.forget(pod.uid)
 
     async def remove_runtime_pod(self, uid: str) -> None:

@@ -5,8 +5,10 @@ them (``match``, one short arm each):
 
 - :class:`PodsChanged` — the pod source (a watch on ``spec.nodeName=<node>`` and the static
   pod manifests; mirror pods are skipped, their static pod runs) changed: new
-  pods go through admission and get a worker, updated ones (a deletion timestamp) go to their
-  worker, vanished ones are terminated and cleaned up;
+  pods go through admission and get a worker, updated ones (spec, labels, a deletion
+  timestamp) go to their worker, vanished ones are terminated and cleaned up; a pod whose
+  status alone moved is handed to its worker without a sync, unless its Ready condition no
+  longer matches its readiness gates' conditions (the kubelet's ``HandlePodReconcile``);
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
 - :class:`ProbeResult` — a liveness, readiness or startup result of a pod's container
   changed (the prober manager): sync it now, which regenerates its status and kills a
@@ -41,6 +43,7 @@ from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
 from nodeagent.podspec import Pod
 from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
+from nodeagent.status.conditions import needs_readiness_reconcile
 
 HOUSEKEEPING_PERIOD: Final = 2.0
 FAILED_VALIDATION: Final = "FailedValidation"
@@ -291,7 +294,12 @@ class SyncLoop:
                 continue
             if self._workers.known(uid):
                 if not _differ(self._known.get(uid), pod):
-                    continue  # only the status moved (our own patches): nothing to do
+                    # only the status moved: our own patches, or conditions another
+                    # component wrote (readiness gates), which the worker reads next time
+                    self._workers.refresh(pod)
+                    if needs_readiness_reconcile(pod):
+                        self._workers.sync(uid)  # a gate moved: Ready now, not at resync
+                    continue
             elif self._waits_for_predecessor(pod) or not self._admit(pod):
                 continue
             self._workers.update_pod(pod)

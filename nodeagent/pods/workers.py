@@ -3,7 +3,8 @@
 A worker moves through the kubelet's three stages:
 
 - **syncing**: ``sync_pod`` brings the runtime to the spec and reports status; it runs on every
-  update and PLEG event, when a back-off it reported expires, and every ``resync_interval``.
+  update and PLEG event, when a back-off it reported expires, when the pod's active deadline
+  falls (a timer of its own worker), and every ``resync_interval``.
   A pod whose phase turns terminal (Succeeded, Failed) stops syncing;
 - **terminating**: ``sync_terminating_pod`` kills the containers with the grace period (the
   deletion's, else the spec's) — once the pod is deleted, removed from the API, or terminal;
@@ -40,8 +41,12 @@ class Stage(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SyncOutcome:
+    """``retry_in``: sync again after that many seconds instead of the resync interval;
+    ``wake_in``: and at the latest after that many (the pod's active deadline falls)."""
+
     terminal: bool = False
     retry_in: float | None = None
+    wake_in: float | None = None
 
 
 class PodSyncer(Protocol):
@@ -150,6 +155,13 @@ class PodWorkers:
         worker.wake.set()
         return True
 
+    def refresh(self, pod: Pod) -> None:
+        """Give the worker the pod's newest API object (only its status moved: conditions
+        other components wrote) without waking it; its next sync reads them."""
+        worker = self._workers.get(pod.uid)
+        if worker is not None and not worker.removed:
+            worker.pod = pod
+
     def sync(self, uid: str) -> None:
         """Sync now (a PLEG event)."""
         worker = self._workers.get(uid)
@@ -201,7 +213,8 @@ class PodWorkers:
             except Exception:
                 return self._failed("sync", pod)
             if not outcome.terminal:
-                return self._resync if outcome.retry_in is None else outcome.retry_in
+                delay = self._resync if outcome.retry_in is None else outcome.retry_in
+                return delay if outcome.wake_in is None else min(delay, outcome.wake_in)
             worker.stage = Stage.TERMINATING
         if worker.stage is Stage.TERMINATING:
             try:

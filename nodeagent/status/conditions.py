@@ -2,8 +2,10 @@
 
 ``pod_phase`` is the kubelet's ``getPhase``; the condition functions are those of
 ``pkg/kubelet/status/generate.go``: Initialized, ContainersReady and Ready with the reasons
-``ContainersNotInitialized``, ``ContainersNotReady``, ``PodCompleted`` and ``PodFailed`` and
-messages such as ``containers with unready status: [app]``. Pure.
+``ContainersNotInitialized``, ``ContainersNotReady``, ``PodCompleted``, ``PodFailed`` and
+``ReadinessGatesNotReady`` and messages such as ``containers with unready status: [app]``.
+Ready also needs the condition of every ``spec.readinessGates`` entry (conditions other
+components write on the pod's status) to be True. Pure.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ RUNNING: Final = "Running"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
 TERMINAL: Final = frozenset({SUCCEEDED, FAILED})
+READINESS_GATES_NOT_READY: Final = "ReadinessGatesNotReady"
 KUBELET_CONDITIONS: Final = (
     "PodReadyToStartContainers",
     "Initialized",
@@ -194,24 +197,87 @@ def containers_ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status
     return _condition("ContainersReady", True)
 
 
-def ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
+def readiness_gate_messages(pod: Pod, conditions: Sequence[Status]) -> list[str]:
+    """Why each unmet readiness gate holds the pod back, in ``spec.readinessGates`` order."""
+    by_type: dict[Any, Status] = {}
+    for c in conditions:
+        by_type.setdefault(c.get("type"), c)  # the first of a type, as the kubelet looks up
+    messages = []
+    for gate in pod.spec.readiness_gates:
+        kind = str(gate.get("conditionType", ""))
+        found = by_type.get(kind)
+        if found is None:
+            messages.append(
+                f"corresponding condition of pod readiness gate {_go_quote(kind)} does not exist."
+            )
+        elif found.get("status") != "True":
+            messages.append(
+                f"the status of pod readiness gate {_go_quote(kind)} is not "
+                f'"True", but {found.get("status", "")}'
+            )
+    return messages
+
+
+def _go_quote(text: str) -> str:
+    """Go's ``%q`` for the printable names a condition type can have."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def ready(
+    pod: Pod, statuses: Sequence[Status], phase: str, conditions: Sequence[Status] = ()
+) -> Status:
+    """``conditions``: the pod's other conditions, where its readiness gates are looked up."""
     containers = containers_ready(pod, statuses, phase)
     if containers["status"] != "True":
         return {**containers, "type": "Ready"}
+    unready = readiness_gate_messages(pod, conditions)
+    if unready:
+        return _condition("Ready", False, READINESS_GATES_NOT_READY, ", ".join(unready))
     return _condition("Ready", True)
 
 
 def kubelet_conditions(
-    pod: Pod, statuses: Sequence[Status], phase: str, *, sandbox_ready: bool
+    pod: Pod,
+    statuses: Sequence[Status],
+    phase: str,
+    *,
+    sandbox_ready: bool,
+    others: Sequence[Status] = (),
 ) -> list[Status]:
-    """In the kubelet's order, after the conditions other components own."""
-    return [
+    """In the kubelet's order, after the conditions other components own (``others``, where
+    the readiness gates are looked up)."""
+    before = [
         _condition("PodReadyToStartContainers", sandbox_ready),
         initialized(pod, statuses, phase),
-        ready(pod, statuses, phase),
+    ]
+    return [
+        *before,
+        ready(pod, statuses, phase, [*others, *before]),
         containers_ready(pod, statuses, phase),
         _condition("PodScheduled", True),
     ]
+
+
+def needs_readiness_reconcile(pod: Pod) -> bool:
+    """The kubelet's ``NeedToReconcilePodReadiness``: the pod has readiness gates and the
+    Ready condition its API status carries is not what its conditions and container statuses
+    make it (a controller changed a gate's condition): sync it now."""
+    if not pod.spec.readiness_gates:
+        return False
+    status = pod.status
+    conditions = status.get("conditions") or []
+    current = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if current is None:
+        return False
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    wanted = ready(pod, statuses, str(status.get("phase", "")), conditions)
+    return bool(
+        current.get("status") != wanted["status"]
+        or current.get("message", "") != wanted.get("message", "")
+    )
 
 
 def with_transition_times(

@@ -16,6 +16,7 @@ from nodeagent.kuberuntime.runtime_state import PodRuntimeState
 from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
 from nodeagent.status.conditions import (
+    FAILED,
     KUBELET_CONDITIONS,
     TERMINAL,
     kubelet_conditions,
@@ -38,6 +39,38 @@ def _ips(values: Sequence[str]) -> list[dict[str, str]]:
     return [{"ip": ip} for ip in values]
 
 
+def _phase(
+    phase: str, previous: Status, api_status: Status, evict: tuple[str, str] | None
+) -> Status:
+    """The phase with its reason and message, from the containers' ``phase``: a terminal
+    phase already reported is kept, and with it the reason and message of an unchanged
+    phase; ``evict`` fails the pod."""
+    if phase not in TERMINAL:
+        if previous.get("phase") in TERMINAL:
+            phase = previous["phase"]
+        elif api_status.get("phase") in TERMINAL:
+            phase = api_status["phase"]
+    status: Status = {"phase": phase}
+    if phase == previous.get("phase"):
+        reason = previous.get("reason") or api_status.get("reason")
+        message = previous.get("message") or api_status.get("message")
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+    if evict is not None:
+        status = {"phase": FAILED, "reason": evict[0], "message": evict[1]}
+    for source in (previous, api_status):
+        settled = source.get("phase")
+        if settled in TERMINAL and status["phase"] != settled:
+            # a terminal phase is never left, not even for the other terminal phase (a
+            # pod failed by its deadline whose killed containers then exit 0)
+            status = {"phase": settled}
+            status.update({k: source[k] for k in ("reason", "message") if source.get(k)})
+            break
+    return status
+
+
 def generate_pod_status(
     pod: Pod,
     runtime: PodRuntimeState,
@@ -51,10 +84,14 @@ def generate_pod_status(
     probes: ProbeView | None = None,
     resize_conditions: Sequence[Status] = (),
     resources: Mapping[str, tuple[Status, Status]] | None = None,
+    evict: tuple[str, str] | None = None,
 ) -> Status:
     """``resize_conditions``: ``PodResizePending``/``PodResizeInProgress`` of the allocation
     manager; ``resources``: container name -> (``allocatedResources``, the ``resources`` it
-    runs with), reported on the regular and sidecar containers' statuses."""
+    runs with), reported on the regular and sidecar containers' statuses. ``evict``: (reason,
+    message) of an agent module that wants the pod gone (the active deadline: the kubelet's
+    ``ShouldEvict``): the phase is Failed with them, unless the API already shows a terminal
+    phase."""
     api_status = pod.status
     init_statuses = container_statuses(
         pod,
@@ -91,25 +128,16 @@ def generate_pod_status(
     if resources:
         _add_resources([*init_statuses, *statuses], resources)
     phase = pod_phase(pod, [*init_statuses, *statuses], terminal=terminal)
-    if phase not in TERMINAL:
-        if previous.get("phase") in TERMINAL:
-            phase = previous["phase"]
-        elif api_status.get("phase") in TERMINAL:
-            phase = api_status["phase"]
-    status: Status = {"phase": phase}
-    if phase == previous.get("phase"):
-        reason = previous.get("reason") or api_status.get("reason")
-        message = previous.get("message") or api_status.get("message")
-        if reason:
-            status["reason"] = reason
-        if message:
-            status["message"] = message
+    status = _phase(phase, previous, api_status, evict)
+    phase = status["phase"]
 
     others = [
         c for c in api_status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS
     ]
     sandbox_ready = not sandbox_changed(pod, runtime)[0]
-    ours = kubelet_conditions(pod, [*init_statuses, *statuses], phase, sandbox_ready=sandbox_ready)
+    ours = kubelet_conditions(
+        pod, [*init_statuses, *statuses], phase, sandbox_ready=sandbox_ready, others=others
+    )
     old_conditions = previous.get("conditions") or api_status.get("conditions") or []
     resize = list(resize_conditions) if phase not in TERMINAL else []
     status["conditions"] = [*others, *with_transition_times([*resize, *ours], old_conditions, now)]

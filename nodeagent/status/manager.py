@@ -1,5 +1,6 @@
 """Sends pod statuses to the API: a PATCH of ``pods/<name>/status`` only when a pod's status
-changed, and the final ``DELETE`` of a pod the agent has finished terminating.
+changed (a strategic merge patch whose conditions are only the agent's own: see
+:func:`status_patch`), and the final ``DELETE`` of a pod the agent has finished terminating.
 
 Pod workers call :meth:`StatusManager.set_status` after every sync (cheap, never blocks);
 ``run()`` sends what changed, newest status only, retrying failed calls with back-off
@@ -19,8 +20,10 @@ from nodeagent.apiserver import PODS, Api, ApiError, Conflict, NotFound, PatchTy
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
+from nodeagent.status.conditions import KUBELET_CONDITIONS
 
 Status = dict[str, Any]
+OWNED_CONDITIONS: Final = frozenset({*KUBELET_CONDITIONS, "DisruptionTarget"})
 RETRY_INITIAL: Final = 0.5
 RETRY_MAX: Final = 10.0
 
@@ -84,6 +87,21 @@ class PlainDeleter:
 
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         await self._api.delete(PODS, name, namespace=namespace)
+
+
+def status_patch(status: Status) -> Status:
+    """The strategic merge patch that sends ``status`` without touching what others own:
+    ``conditions`` merge by type and carry only the agent's own (the kubelet's, and the
+    ``DisruptionTarget`` it sets when it evicts), so a condition a controller writes (a
+    readiness gate's) is never overwritten, not even by a stale copy; the IP lists, which
+    merge by address upstream, are replaced whole."""
+    patch = dict(status)
+    if "conditions" in patch:
+        patch["conditions"] = [c for c in patch["conditions"] if c.get("type") in OWNED_CONDITIONS]
+    for key in ("podIPs", "hostIPs"):
+        if key in patch:
+            patch[key] = [*patch[key], {"$patch": "replace"}]
+    return patch
 
 
 @dataclass(slots=True)
@@ -174,13 +192,13 @@ class StatusManager:
     async def _sync(self, entry: _Entry) -> None:
         if entry.wanted and entry.sent != entry.wanted:
             wanted = entry.wanted
-            body = {"metadata": {"uid": entry.uid}, "status": wanted}
+            body = {"metadata": {"uid": entry.uid}, "status": status_patch(wanted)}
             try:
                 await self._api.patch(
                     PODS,
                     entry.name,
                     body,
-                    patch_type=PatchType.MERGE,
+                    patch_type=PatchType.STRATEGIC,
                     namespace=entry.namespace,
                     subresource="status",
                 )

@@ -229,8 +229,6 @@ def test_pod_requests_take_the_largest_init_container_and_the_overhead() -> None
     ("field", "value", "reason"),
     [
         ("resources", {"limits": {"cpu": "1"}}, "PodLevelResourcesNotSupported"),
-        ("readinessGates", [{"conditionType": "example.com/ok"}], "ReadinessGatesNotSupported"),
-        ("activeDeadlineSeconds", 30, "ActiveDeadlineNotSupported"),
         (
             "resourceClaims",
             [{"name": "gpu", "resourceClaimName": "c"}],
@@ -254,10 +252,14 @@ def test_pod_fields_nodeagent_does_not_implement_are_refused_by_name(
         ("hostUsers", True),
         ("hostAliases", []),
         ("readinessGates", []),
+        ("readinessGates", [{"conditionType": "example.com/ok"}]),
+        ("activeDeadlineSeconds", 30),
         # Implemented now (the managed /etc/hosts, kuberuntime/etchosts.py): admitted.
         ("hostAliases", [{"ip": "10.0.0.1", "hostnames": ["db"]}]),
         ("hostnameOverride", "other-name"),
     ],
 )
-def test_the_default_values_of_those_fields_are_admitted(field: str, value: Any) -> None:
+def test_the_default_values_of_those_fields_and_implemented_ones_are_admitted(
+    field: str, value: Any
+) -> None:
     assert admit_pod(pod(**{field: value}), allocatable=NODE, admitted=[]).admit

@@ -10,9 +10,11 @@ from nodeagent.kuberuntime.runtime_state import (
     PodRuntimeState,
     SandboxRecord,
 )
-from nodeagent.podspec import Pod
+from nodeagent.podspec import Pod, decode_pod
 from nodeagent.status import WaitingReason, generate_pod_status, rejected_status
-from nodeagent.testing.pods import container, pod
+from nodeagent.status.conditions import needs_readiness_reconcile
+from nodeagent.status.manager import status_patch
+from nodeagent.testing.pods import container, pod, pod_object
 
 S = 1_000_000_000
 T0 = 1_767_225_600 * S  # 2026-01-01T00:00:00Z
@@ -317,3 +319,125 @@ def test_rejected_pod_status() -> None:
         "startTime": NOW,
         "qosClass": "BestEffort",
     }
+
+
+GATES = [{"conditionType": "example.com/lb"}, {"conditionType": "example.com/dns"}]
+
+
+def gated(*others: dict[str, str]) -> Pod:
+    p = pod(readinessGates=GATES)
+    p.status["conditions"].extend(others)
+    return p
+
+
+def test_ready_waits_for_every_readiness_gate_with_the_kubelets_messages() -> None:
+    s = status(
+        gated({"type": "example.com/lb", "status": "False"}), record("app", ContainerState.RUNNING)
+    )
+    assert conditions(s)["ContainersReady"] == ("True", "", "")
+    assert conditions(s)["Ready"] == (
+        "False",
+        "ReadinessGatesNotReady",
+        'the status of pod readiness gate "example.com/lb" is not "True", but False, '
+        'corresponding condition of pod readiness gate "example.com/dns" does not exist.',
+    )
+
+
+def test_ready_once_every_gate_condition_is_true() -> None:
+    p = gated(
+        {"type": "example.com/lb", "status": "True"},
+        {"type": "example.com/dns", "status": "True"},
+    )
+    s = status(p, record("app", ContainerState.RUNNING))
+    assert conditions(s)["Ready"] == ("True", "", "")
+    # the gate conditions are the pod's, kept ahead of the kubelet's own
+    assert [c["type"] for c in s["conditions"]][:2] == ["example.com/lb", "example.com/dns"]
+
+
+def test_unready_containers_decide_ready_before_the_gates() -> None:
+    p = gated({"type": "example.com/lb", "status": "Unknown"})
+    s = status(p)  # no container yet
+    assert conditions(s)["Ready"] == (
+        "False",
+        "ContainersNotReady",
+        "containers with unready status: [app]",
+    )
+
+
+def test_a_gate_status_other_than_false_is_named_as_it_is() -> None:
+    p = pod(readinessGates=[{"conditionType": "x"}])
+    p.status["conditions"].append({"type": "x", "status": "Unknown"})
+    s = status(p, record("app", ContainerState.RUNNING))
+    assert (
+        conditions(s)["Ready"][2]
+        == 'the status of pod readiness gate "x" is not "True", but Unknown'
+    )
+
+
+def _with(p: Pod, s: dict[str, Any]) -> Pod:
+    """``p`` as the API serves it once ``s`` is its status."""
+    body = pod_object(uid=p.uid, readinessGates=list(p.spec.readiness_gates))
+    body["status"] = s
+    return decode_pod(body)
+
+
+def test_a_moved_gate_asks_for_a_sync_and_our_own_echo_does_not() -> None:
+    p = gated({"type": "example.com/lb", "status": "True"})
+    s = status(p, record("app", ContainerState.RUNNING))
+    echoed = _with(p, s)
+    assert not needs_readiness_reconcile(echoed)  # our own patch coming back
+    s["conditions"].append({"type": "example.com/dns", "status": "True"})
+    assert needs_readiness_reconcile(_with(p, s))  # a controller set the second gate
+    assert not needs_readiness_reconcile(_with(pod(), status(pod())))  # no gates: never
+
+
+def test_evict_fails_the_pod_and_its_readiness() -> None:
+    s = generate_pod_status(
+        pod(activeDeadlineSeconds=5),
+        PodRuntimeState(
+            uid="u", sandboxes=(SANDBOX,), containers=(record("app", ContainerState.RUNNING),)
+        ),
+        previous={"phase": "Running", "startTime": "2026-01-01T00:00:00Z"},
+        reasons={},
+        runtime_name="containerd",
+        host_ips=("192.0.2.10",),
+        now=NOW,
+        evict=("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"),
+    )
+    assert (s["phase"], s["reason"], s["message"]) == (
+        "Failed",
+        "DeadlineExceeded",
+        "Pod was active on the node longer than the specified deadline",
+    )
+    assert conditions(s)["Ready"][:2] == ("False", "PodFailed")
+    assert conditions(s)["ContainersReady"][:2] == ("False", "PodFailed")
+    assert s["startTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_a_failed_pod_whose_killed_containers_exit_zero_stays_failed() -> None:
+    s = status(
+        pod(),
+        record("app", ContainerState.EXITED, exit_code=0),
+        previous={"phase": "Failed", "reason": "DeadlineExceeded", "message": "M"},
+        terminal=True,
+    )
+    assert (s["phase"], s["reason"], s["message"]) == ("Failed", "DeadlineExceeded", "M")
+
+
+def test_the_status_patch_carries_only_the_agents_conditions_and_replaces_ip_lists() -> None:
+    s = status(
+        gated({"type": "example.com/lb", "status": "True"}), record("app", ContainerState.RUNNING)
+    )
+    s["conditions"].insert(0, {"type": "DisruptionTarget", "status": "True"})
+    patch = status_patch(s)
+    assert [c["type"] for c in patch["conditions"]] == [
+        "DisruptionTarget",
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ]
+    assert patch["podIPs"] == [{"ip": "10.88.0.7"}, {"$patch": "replace"}]
+    assert patch["hostIPs"] == [{"ip": "192.0.2.10"}, {"$patch": "replace"}]
+    assert [c["type"] for c in s["conditions"]][1] == "example.com/lb"  # the input is untouched
