@@ -24,6 +24,7 @@ from nodeagent.status.conditions import KUBELET_CONDITIONS
 
 Status = dict[str, Any]
 OWNED_CONDITIONS: Final = frozenset({*KUBELET_CONDITIONS, "DisruptionTarget"})
+TRANSIENT_CONDITIONS: Final = frozenset({"PodResizePending", "PodResizeInProgress"})
 RETRY_INITIAL: Final = 0.5
 RETRY_MAX: Final = 10.0
 
@@ -97,7 +98,12 @@ def status_patch(status: Status) -> Status:
     merge by address upstream, are replaced whole."""
     patch = dict(status)
     if "conditions" in patch:
-        patch["conditions"] = [c for c in patch["conditions"] if c.get("type") in OWNED_CONDITIONS]
+        conditions = [c for c in patch["conditions"] if c.get("type") in OWNED_CONDITIONS]
+        present = {c.get("type") for c in conditions}
+        # the resize conditions come and go: one the agent no longer reports is deleted (a
+        # merge by type alone would leave it in the API for ever)
+        gone = [{"type": t, "$patch": "delete"} for t in TRANSIENT_CONDITIONS - present]
+        patch["conditions"] = [*conditions, *sorted(gone, key=lambda c: c["type"])]
     for key in ("podIPs", "hostIPs"):
         if key in patch:
             patch[key] = [*patch[key], {"$patch": "replace"}]

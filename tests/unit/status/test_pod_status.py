@@ -437,6 +437,13 @@ def test_the_status_patch_carries_only_the_agents_conditions_and_replaces_ip_lis
         "Ready",
         "ContainersReady",
         "PodScheduled",
+        "PodResizeInProgress",
+        "PodResizePending",
+    ]
+    # resize conditions the agent no longer reports are deleted, not left behind
+    assert patch["conditions"][-2:] == [
+        {"type": "PodResizeInProgress", "$patch": "delete"},
+        {"type": "PodResizePending", "$patch": "delete"},
     ]
     assert patch["podIPs"] == [{"ip": "10.88.0.7"}, {"$patch": "replace"}]
     assert patch["hostIPs"] == [{"ip": "192.0.2.10"}, {"$patch": "replace"}]
