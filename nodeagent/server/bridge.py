@@ -5,8 +5,9 @@ Flow control pairs the two sides: a side whose write buffer is full pauses readi
 
 Three bridges, chosen by :mod:`nodeagent.server.streaming`:
 
-- :class:`Splice`: bytes both ways, unchanged (SPDY clients, WebSocket ``v4`` and older, and
-  ``v5`` without stdin, which the runtime serves as ``v4``: the frames are the same);
+- :class:`Splice`: bytes both ways, unchanged (SPDY clients, WebSocket ``v4`` and older);
+- :class:`V4Relay`: ``v5`` without stdin, which the runtime serves as ``v4`` (the same frames),
+  its exit status written as the kubelet's translator writes it;
 - :class:`Tunnel`: a port-forward WebSocket that carries SPDY (``SPDY/3.1+portforward.k8s.io``,
   the kubelet's tunneling handler): binary messages in, their payload to the runtime's SPDY
   connection; the runtime's bytes out as binary messages;
@@ -87,6 +88,53 @@ class Splice(Bridge):
             if self.upstream.can_write_eof():
                 self.upstream.write_eof()
         asyncio.get_running_loop().call_later(FINISH_GRACE, self.finish)
+
+
+class V4Relay(Splice):
+    """A ``v5`` client's exec/attach without stdin, served by the runtime's own ``v4``
+    WebSocket: the client's frames go on unchanged (``v5`` without stdin is ``v4`` on the wire);
+    the runtime's are passed back but for the exit status, which the client gets at the end as
+    the kubelet's translator writes it (:func:`wire.translated_status`)."""
+
+    def __init__(self, client: asyncio.Transport, upstream: asyncio.Transport) -> None:
+        super().__init__(client, upstream)
+        self._frames = wire.FrameReader()
+        self._channel = -1
+        self._status = bytearray()
+        self._ended = False
+
+    def from_upstream(self, data: bytes) -> None:
+        try:
+            frames = self._frames.feed(data)
+        except wire.WireError:
+            self.upstream_closed()
+            return
+        out = []
+        for f in frames:
+            payload = f.payload
+            if f.opcode == wire.OP_BINARY and payload:
+                self._channel = payload[0]
+                if self._channel == wire.ERROR:
+                    self._status += payload[1:]
+                    continue
+            elif f.opcode == wire.OP_CONTINUATION and self._channel == wire.ERROR:
+                self._status += payload
+                continue
+            elif f.opcode == wire.OP_CLOSE:
+                continue  # the close follows the status, at the end
+            out.append(wire.ws_header(f.opcode, len(payload), fin=f.fin) + payload)
+        if out:
+            self.client.write(b"".join(out))
+
+    def upstream_closed(self) -> None:
+        if not self._ended:
+            self._ended = True
+            with contextlib.suppress(Exception):
+                self.client.write(
+                    wire.ws_message(wire.ERROR, wire.translated_status(bytes(self._status)))
+                    + wire.ws_close()
+                )
+        self.finish()
 
 
 class _WebSocketClient(Bridge):
@@ -171,6 +219,7 @@ class SpdyTranslator(_WebSocketClient):
         }
         self._stdin_open = stdin
         self._first = wire.STDOUT if stdout else wire.STDERR if stderr else wire.ERROR
+        self._status = bytearray()
 
     def open_streams(self) -> bytes:
         """The SYN_STREAM frames of every stream, to be sent at once (the runtime answers
@@ -216,12 +265,21 @@ class SpdyTranslator(_WebSocketClient):
         for f in frames:
             if not f.control:
                 channel = self._out.get(f.kind)
-                if channel is not None and f.data and not self._closing:
+                if channel == wire.ERROR:
+                    self._status += f.data
+                elif channel is not None and f.data and not self._closing:
                     self.client.write(wire.ws_message(channel, f.data))
             elif f.kind == wire.PING:
                 self.upstream.write(wire.ping_frame(int.from_bytes(f.data[:4], "big")))
             # SYN_REPLY, RST_STREAM, SETTINGS, GOAWAY, HEADERS, WINDOW_UPDATE: nothing to do;
             # the runtime closes the connection after the exit status.
+
+    def upstream_closed(self) -> None:
+        if not self._closing:
+            status = wire.translated_status(bytes(self._status))
+            with contextlib.suppress(Exception):
+                self.client.write(wire.ws_message(wire.ERROR, status))
+        self.close(wire.CLOSE_NORMAL)
 
 
 # --- the protocols ----------------------------------------------------------------------------

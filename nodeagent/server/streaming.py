@@ -58,6 +58,7 @@ from nodeagent.server.bridge import (
     Splice,
     Tunnel,
     Upstream,
+    V4Relay,
 )
 
 _log = get_logger("server")
@@ -499,6 +500,8 @@ def _bridge(
 ) -> Bridge:
     if how == Plan.TUNNEL:
         return Tunnel(client, upstream)
+    if how == Plan.V5_AS_V4:
+        return V4Relay(client, upstream)
     if how != Plan.TRANSLATE:
         return Splice(client, upstream)
     assert opts is not None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -301,3 +302,71 @@ class SpdyReader:
         if pos:
             del buf[:pos]
         return frames
+
+
+# --- the exit status, as the kubelet's stream translator writes it ----------------------------
+
+
+def _go_json(value: object) -> bytes:
+    """JSON as Go's encoder writes it: compact, with ``<``, ``>``, ``&`` escaped."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escaped)
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text.encode()
+
+
+def _internal_error(message: str) -> bytes:
+    return _go_json(
+        {
+            "metadata": {},
+            "status": "Failure",
+            "message": f"Internal error occurred: {message}",
+            "reason": "InternalError",
+            "details": {"causes": [{"message": message}]},
+            "code": 500,
+        }
+    )
+
+
+def translated_status(raw: bytes) -> bytes:
+    """The status the kubelet's translator sends a ``v5`` client for the runtime's ``v4``
+    status ``raw`` (everything the runtime wrote on the error stream): the runtime's status
+    decoded as a remote command client decodes it, then written as the translator writes
+    the outcome (pure)."""
+    if not raw:
+        return _go_json({"metadata": {}, "status": "Success"})
+    try:
+        status = json.loads(raw)
+        if not isinstance(status, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        return _internal_error(
+            f"error stream protocol error: {e} in {raw.decode(errors='replace')!r}"
+        )
+    outcome = status.get("status")
+    if outcome == "Success":
+        return _go_json({"metadata": {}, "status": "Success"})
+    if outcome != "Failure":
+        return _internal_error("error stream protocol error: unknown error")
+    if status.get("reason") != "NonZeroExitCode":
+        return _internal_error(str(status.get("message") or ""))
+    causes = (status.get("details") or {}).get("causes") or []
+    for cause in causes:
+        if cause.get("reason") != "ExitCode":
+            continue
+        text = str(cause.get("message", ""))
+        if not (text.isdigit() and int(text) < 256):
+            return _internal_error(f"error stream protocol error: invalid exit code value {text!r}")
+        code = int(text)
+        return _go_json(
+            {
+                "metadata": {},
+                "status": "Failure",
+                "message": "command terminated with non-zero exit code: "
+                f"command terminated with exit code {code}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+            }
+        )
+    return _internal_error("error stream protocol error: no ExitCode cause given")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -174,6 +175,40 @@ async def test_v5_without_stdin_is_the_runtimes_v4_on_the_wire(
     ]
     assert header(rt.heads[-1], "Sec-WebSocket-Protocol") == "v4.channel.k8s.io"
     assert header(rt.heads[-1], "Sec-WebSocket-Key") == key
+
+
+async def test_v5_without_stdin_gets_the_translators_exit_status(
+    node: tuple[TestServer, FakeRuntime],
+) -> None:
+    async def exits_7(reader: Any, writer: asyncio.StreamWriter, head: bytes) -> None:
+        key = wire.accept_key(header(head, "Sec-WebSocket-Key"))
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + f"Sec-WebSocket-Accept: {key}\r\n".encode()
+            + b"Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n"
+        )
+        status = b'{"metadata":{},"status":"Failure","message":"exit code 7","reason":'
+        rest = b'"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"7"}]}}'
+        writer.write(wire.ws_message(wire.STDOUT, b"") + wire.ws_message(wire.STDOUT, b"o"))
+        # The status in a message of two frames, then the runtime's close.
+        writer.write(wire.ws_header(wire.OP_BINARY, len(status) + 1, fin=False) + b"\x03" + status)
+        writer.write(wire.ws_header(wire.OP_CONTINUATION, len(rest)) + rest + wire.ws_close())
+        await writer.drain()
+
+    srv, runtime = node
+    async with Runtime(exits_7) as url:
+        runtime.streaming_url = url
+        client, head, _ = await Client.connect(
+            srv, "/exec/default/web/app?command=false&output=1", "v5.channel.k8s.io"
+        )
+        assert header(head, "Sec-WebSocket-Protocol") == "v5.channel.k8s.io"
+        frames = await client.until_close()
+    assert [f.payload[:1] for f in frames] == [b"\x01", b"\x01", b"\x03", b"\x03"]
+    assert frames[1].payload == b"\x01o"
+    assert json.loads(frames[2].payload[1:])["message"] == (
+        "command terminated with non-zero exit code: command terminated with exit code 7"
+    )
+    assert frames[3] == wire.Frame(True, wire.OP_CLOSE, b"\x03\xe8")
 
 
 # --- v5 with stdin: translated to the runtime's SPDY streams ----------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import pytest
@@ -151,3 +152,46 @@ def test_plan_follows_the_kubelet(
     want: tuple[str, list[str]],
 ) -> None:
     assert plan(headers, offered, opts, websockets=websockets) == want
+
+
+RUNTIME_EXIT_7 = (
+    b'{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code:'
+    b' error executing command [sh -c exit 7], exit code 7","reason":"NonZeroExitCode",'
+    b'"details":{"causes":[{"reason":"ExitCode","message":"7"}]}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "client"),
+    [
+        (b"", b'{"metadata":{},"status":"Success"}'),
+        (b'{"metadata":{},"status":"Success"}', b'{"metadata":{},"status":"Success"}'),
+        (
+            RUNTIME_EXIT_7,
+            b'{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit'
+            b' code: command terminated with exit code 7","reason":"NonZeroExitCode",'
+            b'"details":{"causes":[{"reason":"ExitCode","message":"7"}]}}',
+        ),
+        (
+            b'{"status":"Failure","message":"container <x> not running","reason":"Gone"}',
+            b'{"metadata":{},"status":"Failure","message":"Internal error occurred: container'
+            b' \\u003cx\\u003e not running","reason":"InternalError","details":{"causes":'
+            b'[{"message":"container \\u003cx\\u003e not running"}]},"code":500}',
+        ),
+        (
+            b'{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[]}}',
+            b'{"metadata":{},"status":"Failure","message":"Internal error occurred: error stream'
+            b' protocol error: no ExitCode cause given","reason":"InternalError","details":'
+            b'{"causes":[{"message":"error stream protocol error: no ExitCode cause given"}]},'
+            b'"code":500}',
+        ),
+    ],
+)
+def test_exit_status_as_the_kubelets_translator_writes_it(runtime: bytes, client: bytes) -> None:
+    assert wire.translated_status(runtime) == client
+
+
+def test_an_unreadable_status_is_an_internal_error() -> None:
+    status = json.loads(wire.translated_status(b"{nope"))
+    assert (status["reason"], status["code"]) == ("InternalError", 500)
+    assert status["message"].startswith("Internal error occurred: error stream protocol error")
