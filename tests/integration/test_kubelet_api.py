@@ -224,7 +224,11 @@ async def kubectl_streams(control_plane: ControlPlane, ns: str, tmp_path: Path) 
     # exec -it through a pseudo-terminal: the command has a TTY of the terminal's size
     # (kubectl sends it on the resize stream).
     code, out = await asyncio.to_thread(
-        exec_tty, control_plane, ns, "test -t 0 && echo TTY-YES; stty size; exit 3", (33, 111)
+        exec_tty,
+        control_plane,
+        ns,
+        "test -t 0 && echo TTY-YES; sleep 1; stty size; exit 3",
+        (33, 111),
     )
     assert code == 3, out
     assert "TTY-YES" in out
