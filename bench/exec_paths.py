@@ -6,15 +6,18 @@
 ``kubelet_api``'s harness, but every node runs at the same time (each with its own containerd)
 and the execs alternate between them, so load on the shared machine falls on all alike.
 ``kubelet-nows`` is the kubelet with ``ExtendWebSocketsToKubelet`` off: it does not declare
-the feature, so the apiserver translates a WebSocket exec to SPDY for it as it does for
-nodeagent. Per node, ``--execs`` times ``true`` in the ticker:
+the feature, so the apiserver translates a WebSocket exec to SPDY for it (``nodeagent-nows``
+likewise). Per node, ``--execs`` times ``true`` in the ticker:
 
 - **direct**: a WebSocket (``v4.channel.k8s.io``) straight to the node's port with the
   apiserver's kubelet client certificate: TLS connect, the ``101`` (authentication, CRI calls,
   the runtime's own ``101``), the exit status (the runtime runs the command), the close;
 - **via apiserver**: a WebSocket (``v5.channel.k8s.io``) to the pod's ``exec`` subresource,
   the same phases as the client sees them (the apiserver answers ``101`` before it dials a node
-  it translates for).
+  it translates for);
+- **via apiserver, stdin**: the same with ``stdin=true`` (a node that declares the feature
+  translates it to the runtime's SPDY streams itself, as the apiserver does for one that
+  does not).
 
 Prints the median of each phase (ms) and each node's declared features and RSS.
 """
@@ -111,7 +114,7 @@ class PathsBench(ka.ApiBench):
         config = json.loads(path.read_text())
         section = config["kubelet"] if component == "nodeagent" else config
         self.ports[self.label] = section["port"]
-        if self.label == NO_WEBSOCKETS:
+        if self.label.endswith("-nows"):
             section.setdefault("featureGates", {})["ExtendWebSocketsToKubelet"] = False
             path.write_text(json.dumps(config, indent=2) + "\n")
         return argv
@@ -201,7 +204,7 @@ async def measure(
     api_host, api_port = plane.server.split("//")[1].rsplit(":", 1)
     labels = list(nodes)
     results: dict[str, dict[str, list[Phases]]] = {
-        label: {"direct": [], "via apiserver": []} for label in labels
+        label: {"direct": [], "via apiserver": [], "via apiserver, stdin": []} for label in labels
     }
     for i in range(count):
         for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
@@ -218,6 +221,11 @@ async def measure(
             )
             results[label]["via apiserver"].append(
                 await ws_exec(api_host, int(api_port), api_ctx, api, ka.EXEC_PROTOCOL)
+            )
+            results[label]["via apiserver, stdin"].append(
+                await ws_exec(
+                    api_host, int(api_port), api_ctx, api + "&stdin=true", ka.EXEC_PROTOCOL
+                )
             )
     return results
 

@@ -13,12 +13,14 @@ from typing import Final
 
 DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
     {
+        "ExtendWebSocketsToKubelet": True,
         "GracefulNodeShutdown": True,
         "GracefulNodeShutdownBasedOnPodPriority": True,
         "HostnameOverride": True,
         "ImageMaximumGCAge": True,
         "KubeletFineGrainedAuthz": True,
         "KubeletPSI": True,
+        "NodeDeclaredFeatures": True,
         "NodeSwap": True,
         "RotateKubeletServerCertificate": True,
         "SystemdWatchdog": True,
@@ -29,3 +31,17 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
 def effective(overrides: Mapping[str, bool]) -> Mapping[str, bool]:
     """The defaults with ``overrides`` applied (unknown names are left to validation)."""
     return MappingProxyType({**DEFAULTS, **overrides})
+
+
+DECLARABLE: Final = ("ExtendWebSocketsToKubelet",)
+"""Features the node may declare in ``status.declaredFeatures`` (NodeDeclaredFeatures), each
+only because nodeagent serves it end to end: ``ExtendWebSocketsToKubelet`` (the apiserver
+then passes exec/attach/port-forward WebSockets through, and the server translates them)."""
+
+
+def declared(gates: Mapping[str, bool]) -> tuple[str, ...] | None:
+    """``status.declaredFeatures`` for these effective gates, sorted as the kubelet sorts
+    them; None when ``NodeDeclaredFeatures`` is off (the field is then left alone)."""
+    if not gates.get("NodeDeclaredFeatures", False):
+        return None
+    return tuple(sorted(name for name in DECLARABLE if gates.get(name, False)))

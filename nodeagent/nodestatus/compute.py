@@ -113,6 +113,10 @@ def compute_node(
     ):
         events.append(rebooted)
     status["daemonEndpoints"] = setters.daemon_endpoints(s.kubelet_port)
+    if s.declared_features:
+        status["declaredFeatures"] = list(s.declared_features)
+    elif s.declared_features is not None:
+        status.pop("declaredFeatures", None)
     if facts.images is not None:
         listed = setters.images(facts.images, max_images=s.node_status_max_images)
         if listed:

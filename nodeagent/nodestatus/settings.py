@@ -13,7 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 
-from nodeagent.config import Config
+from nodeagent.config import Config, features
 from nodeagent.nodestatus.quantity import parse_quantity
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -47,6 +47,8 @@ class NodeSettings:
     rotate_certificates: bool = True
     controller_attach_detach: bool = True
     local_storage_capacity_isolation: bool = True
+    declared_features: tuple[str, ...] | None = None
+    """``status.declaredFeatures``; None leaves the field as it is (NodeDeclaredFeatures off)."""
 
     @property
     def pki_dir(self) -> Path:
@@ -87,4 +89,5 @@ def settings_from_config(cfg: Config, *, hostname: str) -> NodeSettings:
         eviction_hard=MappingProxyType(dict(kubelet.eviction_hard)),
         kubelet_port=kubelet.port,
         rotate_certificates=kubelet.rotate_certificates,
+        declared_features=features.declared(features.effective(kubelet.feature_gates)),
     )

@@ -116,7 +116,11 @@ def server_manager(
         started=started,
     )
     deps = Dependencies(pods=all_pods, configz=configz(config), checks={"syncloop": syncloop})
-    stream = StreamingDeps(runtime=pods.connection, find_pod=find_pod)
+    stream = StreamingDeps(
+        runtime=pods.connection,
+        find_pod=find_pod,
+        websockets=gates.get("ExtendWebSocketsToKubelet", True),
+    )
     settings = ServerSettings(
         address=k.address,
         port=k.port,

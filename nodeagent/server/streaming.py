@@ -8,6 +8,13 @@ of the runtime's URL, ``Host`` rewritten, credentials dropped), the runtime's an
 side closes. The runtime speaks the streaming protocols itself (stdin/stdout/stderr/error/resize
 channels, exit codes), so kubectl sees what it would see through the kubelet.
 
+With ``ExtendWebSocketsToKubelet`` declared, the apiserver passes clients' WebSockets through
+untouched, and this side does what the kubelet does with them (:func:`plan`): a
+``v5.channel.k8s.io`` exec/attach is translated to the runtime's SPDY streams (or, without
+stdin, served by the runtime as ``v4``, the same frames), and a port-forward WebSocket
+offering ``SPDY/3.1+portforward.k8s.io`` is unwrapped into the runtime's SPDY connection.
+The byte paths run in the transports' callbacks (:mod:`nodeagent.server.bridge`).
+
 aiohttp parses only ``websocket`` and ``tcp`` upgrades, so the connection is taken over at the
 protocol level once the runtime has accepted (see :func:`_take_over`): after the ``101`` the
 client's bytes go to the runtime unparsed.
@@ -42,13 +49,22 @@ from nodeagent.kuberuntime.types import (
     PodSandboxFilter,
 )
 from nodeagent.log import get_logger
+from nodeagent.server import wire
+from nodeagent.server.bridge import (
+    HEAD_LIMIT,
+    Bridge,
+    ClientSide,
+    SpdyTranslator,
+    Splice,
+    Tunnel,
+    Upstream,
+    V4Relay,
+)
 
 _log = get_logger("server")
 
-HEAD_LIMIT: Final = 64 * 1024
-CHUNK: Final = 64 * 1024
-# Client bytes queued for the runtime before the client's socket stops being read.
-PAUSE_AT: Final = 16
+UPSTREAM_TIMEOUT: Final = 30.0
+"""Seconds the runtime's streaming server gets to answer the upgrade."""
 # Headers never replayed to the runtime.
 _DROP: Final = frozenset(
     h.lower() for h in ("Host", "Authorization", "Content-Length", "Transfer-Encoding")
@@ -89,6 +105,9 @@ class StreamingDeps:
     runtime: StreamingRuntime
     find_pod: Callable[[str, str], dict[str, Any] | None]
     """(namespace, name) -> the pod as the agent sees it, or None."""
+    websockets: bool = True
+    """``ExtendWebSocketsToKubelet``: translate ``v5`` and tunneling WebSockets (else splice
+    every request to the runtime as it comes)."""
 
 
 STREAMING: Final = web.AppKey("nodeagent.server.streaming", StreamingDeps)
@@ -217,7 +236,7 @@ async def _exec_or_attach(request: web.Request, *, attach: bool) -> web.StreamRe
             url = await stream_url(cid)
     except CriError as e:
         return _error(500, str(e))
-    return await proxy_upgrade(request, url)
+    return await proxy_upgrade(request, url, opts)
 
 
 async def exec_handler(request: web.Request) -> web.StreamResponse:
@@ -290,19 +309,20 @@ routes.post("/run/{ns}/{pod}/{uid}/{container}")(run_handler)
 # --- the proxy ---------------------------------------------------------------------------
 
 
-def upstream_request(request: web.Request, url: str) -> tuple[str, int, bytes]:
+def upstream_request(
+    request: web.Request, url: str, *, protocols: Sequence[str] | None = None
+) -> tuple[str, int, bytes]:
     """(host, port, request head) replaying ``request`` to the runtime's ``url`` (pure
-    apart from reading the request)."""
-    u = urllib.parse.urlsplit(url)
-    if u.scheme not in ("http", ""):
-        raise ValueError(f"unsupported streaming URL scheme {u.scheme!r} in {url!r}")
-    host = u.hostname or "127.0.0.1"
-    port = u.port or 80
-    target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {u.netloc}"]
+    apart from reading the request); ``protocols`` replace the WebSocket protocols offered."""
+    host, port, target, netloc = _target(url)
+    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {netloc}"]
     for name, value in request.headers.items():
-        if name.lower() not in _DROP:
-            lines.append(f"{name}: {value}")
+        low = name.lower()
+        if low in _DROP or (protocols is not None and low == "sec-websocket-protocol"):
+            continue
+        lines.append(f"{name}: {value}")
+    if protocols is not None:
+        lines.append(f"Sec-WebSocket-Protocol: {', '.join(protocols)}")
     return host, port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
@@ -322,157 +342,194 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
     return int(parts[1]), parts[2] if len(parts) > 2 else "", headers
 
 
-async def proxy_upgrade(request: web.Request, url: str) -> web.StreamResponse:
-    host, port, head = upstream_request(request, url)
+class Plan:
+    """How one streaming request is carried (see :mod:`nodeagent.server.bridge`)."""
+
+    SPLICE: Final = "splice"
+    V5_AS_V4: Final = "v5-as-v4"
+    TRANSLATE: Final = "translate"
+    TUNNEL: Final = "tunnel"
+
+
+def plan(
+    headers: Mapping[str, str],
+    offered: Sequence[str],
+    opts: StreamOptions | None,
+    *,
+    websockets: bool = True,
+) -> tuple[str, list[str]]:
+    """(plan, protocols for the runtime) for a request with ``headers`` offering the WebSocket
+    ``offered`` protocols; ``opts`` for exec/attach, None for port forwarding (pure).
+
+    As the kubelet with ``ExtendWebSocketsToKubelet``: a ``v5.channel.k8s.io`` WebSocket is
+    translated to the runtime's SPDY streams (the runtime knows WebSocket only up to ``v4``,
+    which has no close of stdin: without stdin, ``v5`` is ``v4`` on the wire and is spliced
+    as such); a port-forward WebSocket offering ``SPDY/3.1+portforward.k8s.io`` is a tunnel
+    for SPDY; everything else is spliced as it comes."""
+    if not websockets or headers.get("Upgrade", "").lower() != "websocket":
+        return Plan.SPLICE, []
+    if opts is None:
+        tunneled = wire.tunneled_protocols(offered)
+        return (Plan.TUNNEL, tunneled) if tunneled else (Plan.SPLICE, [])
+    if wire.V5_CHANNEL not in offered:
+        return Plan.SPLICE, []
+    if opts.stdin:
+        return Plan.TRANSLATE, [wire.V4_CHANNEL]
+    return Plan.V5_AS_V4, [wire.V4_CHANNEL]
+
+
+def spdy_upgrade_request(url: str, protocols: Sequence[str]) -> tuple[str, int, bytes]:
+    """(host, port, head) of a SPDY/3.1 upgrade to the runtime's ``url`` (pure)."""
+    host, port, target, netloc = _target(url)
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: {netloc}",
+        "Connection: Upgrade",
+        "Upgrade: SPDY/3.1",
+        *(f"X-Stream-Protocol-Version: {p}" for p in protocols),
+        "Content-Length: 0",
+    ]
+    return host, port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _target(url: str) -> tuple[str, int, str, str]:
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", ""):
+        raise ValueError(f"unsupported streaming URL scheme {u.scheme!r} in {url!r}")
+    target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    return u.hostname or "127.0.0.1", u.port or 80, target, u.netloc
+
+
+async def proxy_upgrade(
+    request: web.Request, url: str, opts: StreamOptions | None = None
+) -> web.StreamResponse:
+    """Connect the client's upgrade to the runtime's streaming ``url``; ``opts`` for
+    exec/attach (the streams asked of the runtime), None for port forwarding."""
+    offered = wire.subprotocols(request.headers.getall("Sec-WebSocket-Protocol", []))
+    how, protocols = plan(
+        request.headers, offered, opts, websockets=request.app[STREAMING].websockets
+    )
     _log.v(2).info(
         "Streaming",
         path=request.path,
         method=request.method,
         upgrade=request.headers.get("Upgrade", ""),
-        protocols=request.headers.get("Sec-WebSocket-Protocol", "")
-        or request.headers.get("X-Stream-Protocol-Version", ""),
+        protocols=", ".join(offered) or request.headers.get("X-Stream-Protocol-Version", ""),
+        bridge=how,
     )
+    key = request.headers.get("Sec-WebSocket-Key", "")
+    if how in (Plan.TRANSLATE, Plan.TUNNEL) and not key:
+        return _error(400, "unable to upgrade: missing Sec-WebSocket-Key")
+    if how in (Plan.TRANSLATE, Plan.TUNNEL):
+        host, port, head = spdy_upgrade_request(url, protocols)
+    else:
+        host, port, head = upstream_request(request, url, protocols=protocols or None)
+    body = await request.read() if how == Plan.SPLICE and request.body_exists else b""
+    loop = asyncio.get_running_loop()
     try:
-        reader, writer = await asyncio.open_connection(host, port)
+        transport, upstream = await loop.create_connection(Upstream, host, port)
     except OSError as e:
         return _error(502, f"error dialing backend: {e}")
+    client: _Client | None = None
     try:
-        writer.write(head)
-        body = await request.read() if request.body_exists else b""
-        if body:
-            writer.write(body)
-        await writer.drain()
-        raw = await reader.readuntil(b"\r\n\r\n")
-        if len(raw) > HEAD_LIMIT:
-            raise ValueError("response head too large")
-        status, reason, headers = parse_head(raw[:-4])
+        transport.write(head + body)
+        raw = await asyncio.wait_for(upstream.head, UPSTREAM_TIMEOUT)
+        status, reason, headers = parse_head(raw)
         if status != 101:
-            length = int(headers.get("Content-Length", "0") or 0)
-            payload = await reader.readexactly(min(length, HEAD_LIMIT)) if length else b""
+            length = min(int(headers.get("Content-Length", "0") or 0), HEAD_LIMIT)
             return web.Response(
                 status=status,
                 reason=reason or None,
-                body=payload,
+                body=await asyncio.wait_for(upstream.body(length), UPSTREAM_TIMEOUT),
                 content_type=headers.get("Content-Type", "text/plain").split(";")[0],
             )
-        response = web.StreamResponse(status=101, reason=reason or "Switching Protocols")
-        for name, value in headers.items():
-            if name.lower() not in ("content-length", "transfer-encoding", "date"):
-                response.headers.add(name, value)
-        incoming = _take_over(request)
+        response = _switching(how, key, reason, headers)
+        if response.status != 101:
+            return response
+        client = _take_over(request)
+        bridge = _bridge(how, opts, client.transport, transport)
         await response.prepare(request)
-        await _splice(request, response, incoming, reader, writer)
+        bridge.start()
+        upstream.attach(bridge)
+        client.protocol.attach(bridge)
+        await bridge.done
         return response
-    except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+    except (OSError, ValueError) as e:
         _log.warning("Streaming proxy failed", url=url, error=str(e))
         return _error(502, f"streaming proxy failed: {e}")
     finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+        transport.close()
+        if client is not None:
+            client.transport.close()
 
 
-class _Incoming:
-    """The client's bytes after the switch: a queue fed by the connection's protocol,
-    reading paused while the runtime has not taken up to ``PAUSE_AT`` chunks."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._transport = transport
-        self._paused = False
-
-    def feed(self, data: bytes) -> None:
-        self.queue.put_nowait(data)
-        if self.queue.qsize() >= PAUSE_AT and not self._paused:
-            self._paused = True
-            self._transport.pause_reading()
-
-    def eof(self) -> None:
-        self.queue.put_nowait(None)
-
-    def taken(self) -> None:
-        if self._paused and self.queue.qsize() < PAUSE_AT // 2:
-            self._paused = False
-            with contextlib.suppress(Exception):
-                self._transport.resume_reading()
-
-
-class _SplicedProtocol(asyncio.Protocol):
-    """Stands in for aiohttp's request handler on the transport after the switch: bytes and
-    EOF go to the proxy; loss of the connection and write flow control still reach aiohttp
-    (its writer drains on them, and it must learn the connection is gone)."""
-
-    def __init__(self, incoming: _Incoming, original: asyncio.BaseProtocol) -> None:
-        self._incoming = incoming
-        self._original = original
-
-    def data_received(self, data: bytes) -> None:
-        self._incoming.feed(data)
-
-    def eof_received(self) -> bool:
-        self._incoming.eof()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._incoming.eof()
-        self._original.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._original.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._original.resume_writing()
+def _switching(how: str, key: str, reason: str, headers: Mapping[str, str]) -> web.StreamResponse:
+    """The client's ``101`` for the runtime's ``101`` (``headers``); an error response when
+    the runtime did not switch to SPDY where this side translates."""
+    response = web.StreamResponse(status=101, reason=reason or "Switching Protocols")
+    if how in (Plan.TRANSLATE, Plan.TUNNEL):
+        if "spdy/3.1" not in headers.get("Upgrade", "").lower():
+            return _error(500, "unable to upgrade: missing upgrade headers in response")
+        chosen = headers.get("X-Stream-Protocol-Version", "").strip()
+        if how == Plan.TRANSLATE:
+            chosen = wire.V5_CHANNEL
+        elif chosen:
+            chosen = wire.TUNNEL_PREFIX + chosen
+        response.headers["Upgrade"] = "websocket"
+        response.headers["Connection"] = "Upgrade"
+        response.headers["Sec-WebSocket-Accept"] = wire.accept_key(key)
+        if chosen:
+            response.headers["Sec-WebSocket-Protocol"] = chosen
+        return response
+    for name, value in headers.items():
+        low = name.lower()
+        if low in ("content-length", "transfer-encoding", "date"):
+            continue
+        if how == Plan.V5_AS_V4 and low == "sec-websocket-protocol":
+            response.headers.add(name, wire.V5_CHANNEL)
+        else:
+            response.headers.add(name, value)
+    return response
 
 
-def _take_over(request: web.Request) -> _Incoming:
-    """Route the connection's further bytes to the proxy instead of aiohttp's HTTP parser.
+def _bridge(
+    how: str,
+    opts: StreamOptions | None,
+    client: asyncio.Transport,
+    upstream: asyncio.Transport,
+) -> Bridge:
+    if how == Plan.TUNNEL:
+        return Tunnel(client, upstream)
+    if how == Plan.V5_AS_V4:
+        return V4Relay(client, upstream)
+    if how != Plan.TRANSLATE:
+        return Splice(client, upstream)
+    assert opts is not None
+    translator = SpdyTranslator(
+        client, upstream, stdin=opts.stdin, stdout=opts.stdout, stderr=opts.stderr, tty=opts.tty
+    )
+    upstream.write(translator.open_streams())
+    return translator
 
-    ``transport.set_protocol`` puts a :class:`_SplicedProtocol` in front of aiohttp's
-    request handler. The client sends nothing before it has the ``101`` (both protocols wait
-    for it); a WebSocket's early bytes that aiohttp kept as the upgrade's tail are taken
-    first."""
+
+@dataclass(frozen=True)
+class _Client:
+    transport: asyncio.Transport
+    protocol: ClientSide
+
+
+def _take_over(request: web.Request) -> _Client:
+    """Route the connection's further bytes to a bridge instead of aiohttp's HTTP parser.
+
+    ``transport.set_protocol`` puts a :class:`ClientSide` in front of aiohttp's request
+    handler. The client sends nothing before it has the ``101`` (both protocols wait for it);
+    a WebSocket's early bytes that aiohttp kept as the upgrade's tail are taken first."""
     protocol: Any = request.protocol
     transport = request.transport
-    assert transport is not None
-    incoming = _Incoming(transport)
-    tail = getattr(protocol, "_message_tail", b"")
+    assert isinstance(transport, asyncio.Transport)
+    tail = bytes(getattr(protocol, "_message_tail", b"") or b"")
     if tail:
-        incoming.feed(bytes(tail))
         protocol._message_tail = b""
-    transport.set_protocol(_SplicedProtocol(incoming, protocol))
-    return incoming
-
-
-async def _splice(
-    request: web.Request,
-    response: web.StreamResponse,
-    incoming: _Incoming,
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-) -> None:
-    async def up() -> None:
-        while (data := await incoming.queue.get()) is not None:
-            writer.write(data)
-            incoming.taken()
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-
-    async def down() -> None:
-        while data := await reader.read(CHUNK):
-            await response.write(data)
-
-    tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
-    try:
-        # The runtime closing ends the session (the exit status has been sent by then).
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        if tasks[1] not in done:
-            # The client is gone or half-closed: give the runtime a moment to finish.
-            await asyncio.wait([tasks[1]], timeout=1.0)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        transport = request.transport
-        if transport is not None:
-            transport.close()
+    side = ClientSide(protocol, tail)
+    transport.set_protocol(side)
+    return _Client(transport, side)

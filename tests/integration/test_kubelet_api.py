@@ -9,13 +9,16 @@ authorization) on free ports; the apiserver reaches it at the node's InternalIP.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import pty
 import select
 import socket
 import ssl
+import struct
 import subprocess
+import termios
 import time
 import urllib.error
 import urllib.request
@@ -114,9 +117,13 @@ def configure(node: AgentNode, control_plane: ControlPlane, port: int, healthz: 
     node.config.write_text(yaml.safe_dump(settings))
 
 
-def exec_tty(control_plane: ControlPlane, namespace: str, script: str) -> tuple[int, str]:
-    """``kubectl exec -it`` on a pseudo-terminal, as a user at a shell; (exit code, output)."""
+def exec_tty(
+    control_plane: ControlPlane, namespace: str, script: str, size: tuple[int, int] = (24, 80)
+) -> tuple[int, str]:
+    """``kubectl exec -it`` on a pseudo-terminal of ``size`` (rows, columns), as a user at a
+    shell; (exit code, output)."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
     argv = kubectl_argv(
         control_plane, "exec", "-it", "-n", namespace, POD, "-c", "web", "--", "sh", "-c", script
     )
@@ -138,6 +145,21 @@ def exec_tty(control_plane: ControlPlane, namespace: str, script: str) -> tuple[
             break
     os.close(master)
     return proc.wait(timeout=10), out.decode(errors="replace")
+
+
+STREAMING_METRIC = "apiserver_websocket_streaming_requests_total"
+
+
+def streaming_requests(control_plane: ControlPlane) -> dict[tuple[str, str], float]:
+    """The apiserver's WebSocket streaming requests: (subresource, proxy_type) -> count."""
+    counts: dict[tuple[str, str], float] = {}
+    for line in control_plane.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith(STREAMING_METRIC + "{"):
+            labels, _, value = line[len(STREAMING_METRIC) + 1 :].partition("} ")
+            pairs = dict(p.split("=", 1) for p in labels.split(","))
+            key = (pairs["subresource"].strip('"'), pairs["proxy_type"].strip('"'))
+            counts[key] = float(value)
+    return counts
 
 
 def http_get(url: str) -> str | None:
@@ -182,6 +204,55 @@ def get_through_port_forward(control_plane: ControlPlane, namespace: str) -> str
         forward.communicate(timeout=10)
 
 
+async def kubectl_streams(control_plane: ControlPlane, ns: str, tmp_path: Path) -> None:
+    """exec (exit code, stdin, a TTY and its size), attach, port-forward and cp, as a user
+    types them."""
+    kubectl = control_plane.kubectl
+    # exec: stdout, stderr and the exit code.
+    done = kubectl(
+        "exec", "-n", ns, POD, "-c", "web", "--",
+        "sh", "-c", "echo out; echo err >&2; exit 7",
+        check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (7, "out\n"), done.stderr
+    assert "err" in done.stderr
+
+    # exec with stdin.
+    done = kubectl("exec", "-i", "-n", ns, POD, "-c", "web", "--", "wc", "-c", input="abcdef")
+    assert done.stdout.strip() == "6"
+
+    # exec -it through a pseudo-terminal: the command has a TTY of the terminal's size
+    # (kubectl sends it on the resize stream).
+    code, out = await asyncio.to_thread(
+        exec_tty,
+        control_plane,
+        ns,
+        "test -t 0 && echo TTY-YES; sleep 1; stty size; exit 3",
+        (33, 111),
+    )
+    assert code == 3, out
+    assert "TTY-YES" in out
+    assert "33 111" in out
+
+    # attach: the running container's output.
+    out = await asyncio.to_thread(attach_output, control_plane, ns, 3.0)
+    assert "tick" in out
+
+    # port-forward, then an HTTP GET through it.
+    page = await asyncio.to_thread(get_through_port_forward, control_plane, ns)
+    assert page == "hello-from-httpd\n"
+
+    # cp both ways (exec + tar).
+    src = tmp_path / "payload.txt"
+    src.write_bytes(os.urandom(200_000).hex().encode())
+    kubectl("cp", "-c", "web", str(src), f"{ns}/{POD}:/tmp/payload.txt")
+    done = kubectl("exec", "-n", ns, POD, "-c", "web", "--", "wc", "-c", "/tmp/payload.txt")
+    assert done.stdout.split()[0] == str(src.stat().st_size)
+    back = tmp_path / "back.txt"
+    kubectl("cp", "-c", "web", f"{ns}/{POD}:/tmp/payload.txt", str(back))
+    assert back.read_bytes() == src.read_bytes()
+
+
 async def test_kubectl_streams_and_the_node_port(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
@@ -200,6 +271,12 @@ async def test_kubectl_streams_and_the_node_port(
             return len(statuses) == 2 and all("running" in s.get("state", {}) for s in statuses)
 
         await until("the pod running", running, within=60, every=0.5, explain=node.log_tail)
+
+        # The node declares ExtendWebSocketsToKubelet, as the 1.36 kubelet does: the apiserver
+        # passes kubectl's WebSockets to it untouched (counted below).
+        node_status = control_plane.get_json("node", node.name)["status"]
+        assert node_status.get("declaredFeatures") == ["ExtendWebSocketsToKubelet"]
+        before = streaming_requests(control_plane)
 
         # The plain healthz port, without credentials.
         assert await asyncio.to_thread(http_get, f"http://127.0.0.1:{healthz}/healthz") == "ok"
@@ -229,43 +306,24 @@ async def test_kubectl_streams_and_the_node_port(
         metrics = kubectl("get", "--raw", f"{raw}/metrics").stdout
         assert "process_resident_memory_bytes" in metrics
 
-        # exec: stdout, stderr and the exit code.
-        done = kubectl(
-            "exec", "-n", ns, POD, "-c", "web", "--",
-            "sh", "-c", "echo out; echo err >&2; exit 7",
-            check=False,
-        )  # fmt: skip
-        assert (done.returncode, done.stdout) == (7, "out\n"), done.stderr
-        assert "err" in done.stderr
+        await kubectl_streams(control_plane, ns, tmp_path)
 
-        # exec with stdin.
-        done = kubectl("exec", "-i", "-n", ns, POD, "-c", "web", "--", "wc", "-c", input="abcdef")
-        assert done.stdout.strip() == "6"
+        # Every one of these went to the node as the client's WebSocket; none was translated
+        # by the apiserver. The node translated v5 with stdin to the runtime's SPDY, served
+        # v5 without stdin as the runtime's v4, and unwrapped the port-forward tunnel.
+        after = streaming_requests(control_plane)
 
-        # exec -it through a pseudo-terminal: the command has a TTY.
-        code, out = await asyncio.to_thread(
-            exec_tty, control_plane, ns, "test -t 0 && echo TTY-YES; exit 3"
-        )
-        assert code == 3, out
-        assert "TTY-YES" in out
+        def more(subresource: str, how: str) -> float:
+            key = (subresource, how)
+            return after.get(key, 0.0) - before.get(key, 0.0)
 
-        # attach: the running container's output.
-        out = await asyncio.to_thread(attach_output, control_plane, ns, 3.0)
-        assert "tick" in out
-
-        # port-forward, then an HTTP GET through it.
-        page = await asyncio.to_thread(get_through_port_forward, control_plane, ns)
-        assert page == "hello-from-httpd\n"
-
-        # cp both ways (exec + tar).
-        src = tmp_path / "payload.txt"
-        src.write_bytes(os.urandom(200_000).hex().encode())
-        kubectl("cp", "-c", "web", str(src), f"{ns}/{POD}:/tmp/payload.txt")
-        done = kubectl("exec", "-n", ns, POD, "-c", "web", "--", "wc", "-c", "/tmp/payload.txt")
-        assert done.stdout.split()[0] == str(src.stat().st_size)
-        back = tmp_path / "back.txt"
-        kubectl("cp", "-c", "web", f"{ns}/{POD}:/tmp/payload.txt", str(back))
-        assert back.read_bytes() == src.read_bytes()
+        assert more("exec", "proxied_to_kubelet") >= 6
+        assert more("attach", "proxied_to_kubelet") == 1
+        assert more("portforward", "proxied_to_kubelet") >= 1
+        assert sum(more(sub, "translated_at_apiserver") for sub, _ in after) == 0
+        log = node.log_text()
+        for bridge in ("translate", "v5-as-v4", "tunnel"):
+            assert f"bridge={bridge}" in log, bridge
 
 
 def serving_cert_subject(port: int, ca: Path, ip: str) -> dict[str, Any]:

@@ -299,7 +299,7 @@ BAD_FILES = [
         "kubelet:\n  featureGates:\n    NodeSwapp: true\n",
         'kubelet.featureGates["NodeSwapp"]',
         "NodeSwapp",
-        "known gates: GracefulNodeShutdown",
+        "known gates: ExtendWebSocketsToKubelet, GracefulNodeShutdown",
     ),
     (
         "parallel pulls while serialized",
