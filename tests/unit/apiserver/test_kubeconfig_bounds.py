@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from bounded import call_budget
 
-from nodeagent import yamlshape
 from nodeagent.apiserver import load_kubeconfig
 from nodeagent.apiserver.kubeconfig import MAX_KUBECONFIG_BYTES
 from nodeagent.errors import ConfigError
@@ -56,7 +55,7 @@ def test_a_kubeconfig_bigger_than_the_cap_is_not_read_whole(
         read.append(len(chunk))
         return chunk
 
-    monkeypatch.setattr(yamlshape.os, "read", counting)
+    monkeypatch.setattr(os, "read", counting)
 
     assert f"larger than {MAX_KUBECONFIG_BYTES} bytes" in refused(path)
     assert sum(read) == 0  # its size says it is too big: refused unread

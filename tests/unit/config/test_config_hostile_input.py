@@ -18,7 +18,6 @@ from bounded import call_budget
 from config_loading import HEADER, Fail
 
 from nodeagent.__main__ import main
-from nodeagent import yamlshape
 from nodeagent.config import yamldoc
 from nodeagent.errors import ConfigError
 
@@ -171,7 +170,7 @@ def bytes_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         sizes.append(len(chunk))
         return chunk
 
-    monkeypatch.setattr(yamlshape.os, "read", counting)
+    monkeypatch.setattr(os, "read", counting)
     return sizes
 
 
@@ -201,7 +200,7 @@ def test_file_growing_past_the_cap_while_read_is_refused(
         fields[6] = 10  # st_size
         return os.stat_result(fields)
 
-    monkeypatch.setattr(yamlshape.os, "fstat", small_when_stat)
+    monkeypatch.setattr(os, "fstat", small_when_stat)
     sizes = bytes_read(monkeypatch)
     with pytest.raises(ConfigError, match="larger than 256 KiB"):
         yamldoc.read(str(path))

@@ -2,7 +2,8 @@
 
 Every generated manifest either becomes a pod or is a :class:`ManifestError` naming the file
 (and, when the problem is in a field, that field's path): never another exception, never more
-than a bounded number of Python calls per input (counted, not timed: ``bench/`` measures speed). Generators: random text of YAML punctuation, a valid pod with one field
+than a bounded number of Python calls per input (counted, not timed).
+Generators: random text of YAML punctuation, a valid pod with one field
 replaced by a hostile value (wrong types, absurd quantities, long names, deep nesting, aliases),
 and random JSON structures as pod specs for :func:`decode_checked_pod`. Then the file source,
 fed a directory of one generated bad manifest and one good one, yields the good one. The seed
