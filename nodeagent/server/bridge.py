@@ -25,8 +25,6 @@ from typing import Final
 from nodeagent.server import wire
 
 HEAD_LIMIT: Final = 64 * 1024
-RESIZE_WAIT: Final = 1.0
-"""Seconds a TTY exec waits for the client's first terminal size before it starts without."""
 FINISH_GRACE: Final = 1.0
 """Seconds the runtime gets to finish after the client half-closed a spliced connection."""
 
@@ -222,46 +220,19 @@ class SpdyTranslator(_WebSocketClient):
         self._stdin_open = stdin
         self._first = wire.STDOUT if stdout else wire.STDERR if stderr else wire.ERROR
         self._status = bytearray()
-        self._z = wire.HeaderCompressor()  # one header context per SPDY connection
-        self._resize_pending = tty
-        self._resize_timer: asyncio.TimerHandle | None = None
 
     def open_streams(self) -> bytes:
-        """The SYN_STREAM frames of every stream but ``resize``, to be sent at once (the
-        runtime answers each; nothing waits for the answers). The runtime starts the command
-        once every stream is there, so with a TTY the resize stream is opened with the
-        client's first terminal size (:meth:`_open_resize`): the command never starts in a
-        0x0 terminal (``kubectl exec -it pod -- stty size``)."""
+        """The SYN_STREAM frames of every stream, to be sent at once (the runtime answers
+        each; nothing waits for the answers)."""
+        z = wire.HeaderCompressor()
         return b"".join(
-            wire.syn_stream(self._z, self._ids[ch], [("streamType", kind)])
-            for kind, ch in self._kinds
-            if ch != wire.RESIZE
+            wire.syn_stream(z, self._ids[ch], [("streamType", kind)]) for kind, ch in self._kinds
         )
 
     def start(self) -> None:
         # As the kubelet's translator: an empty message on the first output channel tells the
         # client the session is open.
         self.client.write(wire.ws_message(self._first, b""))
-        if self._resize_pending:
-            loop = asyncio.get_running_loop()
-            self._resize_timer = loop.call_later(RESIZE_WAIT, self._open_resize, b"")
-
-    def _open_resize(self, size: bytes) -> None:
-        """Open the resize stream, with the first size when the client sent one (kubectl
-        sends it at once), else after :data:`RESIZE_WAIT` without one."""
-        if not self._resize_pending or self._closing:
-            return
-        self._resize_pending = False
-        if self._resize_timer is not None:
-            self._resize_timer.cancel()
-        sid = self._ids[wire.RESIZE]
-        frames = wire.syn_stream(self._z, sid, [("streamType", "resize")])
-        self.upstream.write(frames + (wire.data_frame(sid, size) if size else b""))
-
-    def finish(self) -> None:
-        if self._resize_timer is not None:
-            self._resize_timer.cancel()
-        super().finish()
 
     def message(self, frame: wire.Frame) -> None:
         payload = frame.payload
@@ -276,10 +247,7 @@ class SpdyTranslator(_WebSocketClient):
         elif channel == wire.RESIZE:
             sid = self._ids.get(wire.RESIZE)
             if sid is not None and payload:
-                if self._resize_pending:
-                    self._open_resize(payload)
-                else:
-                    self.upstream.write(wire.data_frame(sid, payload))
+                self.upstream.write(wire.data_frame(sid, payload))
         elif (
             channel == wire.CLOSE_SIGNAL
             and payload[:1] == bytes((wire.STDIN,))

@@ -221,14 +221,13 @@ async def kubectl_streams(control_plane: ControlPlane, ns: str, tmp_path: Path) 
     done = kubectl("exec", "-i", "-n", ns, POD, "-c", "web", "--", "wc", "-c", input="abcdef")
     assert done.stdout.strip() == "6"
 
-    # exec -it through a pseudo-terminal: the command has a TTY of the terminal's size from
-    # its first instruction (kubectl sends it on the resize stream; the node starts the
-    # command only once it is there).
+    # exec -it through a pseudo-terminal: the command has a TTY of the terminal's size
+    # (kubectl sends it on the resize stream).
     code, out = await asyncio.to_thread(
         exec_tty,
         control_plane,
         ns,
-        "test -t 0 && echo TTY-YES; stty size; exit 3",
+        "test -t 0 && echo TTY-YES; sleep 1; stty size; exit 3",
         (33, 111),
     )
     assert code == 3, out
