@@ -222,7 +222,10 @@ async def kubectl_streams(control_plane: ControlPlane, ns: str, tmp_path: Path) 
     assert done.stdout.strip() == "6"
 
     # exec -it through a pseudo-terminal: the command has a TTY of the terminal's size
-    # (kubectl sends it on the resize stream).
+    # (kubectl sends it on the resize stream). The sleep: CRI Exec carries no size, so the
+    # runtime applies the first one after the command started; a command that asks at once
+    # reads 0x0 on any node (tried: opening the resize stream only with kubectl's first size,
+    # so that it reaches containerd before the start, did not change that).
     code, out = await asyncio.to_thread(
         exec_tty,
         control_plane,
