@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import prometheus_client
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -307,3 +308,17 @@ async def test_cadvisor_over_http(tmp_path: Path) -> None:
         assert r.content_type == "text/plain"
         text = await r.text()
     assert "# TYPE container_pressure_memory_stalled_seconds_total counter" in text
+
+
+async def test_each_housekeeping_pass_is_counted_on_metrics(tmp_path: Path) -> None:
+    """``nodeagent_stats_housekeeping_*`` on /metrics: one more pass observed, the thread's CPU
+    added, and the cgroups the pass read (root, kubepods, one pod, its container)."""
+    registry = prometheus_client.REGISTRY
+    name = "nodeagent_stats_housekeeping"
+    passes = registry.get_sample_value(f"{name}_duration_seconds_count") or 0.0
+    cpu = registry.get_sample_value(f"{name}_cpu_seconds_total") or 0.0
+    _, sampler, _, _ = await provider_over(tmp_path)  # two passes
+    assert registry.get_sample_value(f"{name}_duration_seconds_count") == passes + 2
+    assert (registry.get_sample_value(f"{name}_cpu_seconds_total") or 0.0) > cpu
+    assert registry.get_sample_value(f"{name}_cgroups") == 4
+    assert sampler.pass_seconds > 0
