@@ -67,6 +67,9 @@ KUBELET_ROOT = "/var/lib/kubelet"
 UNITS = {"nodeagent": "nodeagent.service", "kubelet": "kubelet-bench.service"}
 LABEL = "stats-cost-bench"
 SUMMARY_EVERY = 10.0
+PYSPY = f"{BENCH_DIR}/py-spy"
+PROFILE = f"{BENCH_DIR}/profile.txt"
+PROFILE_UNIT = "stats-bench-py-spy.service"
 PUT_CHUNK = 16 << 20
 
 
@@ -275,9 +278,58 @@ def phases(
     say(f"{component}: measuring with {args.pods} pods and /stats/summary every 10s")
     record["pods+summary"] = measure(vm, component, args.window, summary=True)
     save()
+    if component == "nodeagent" and args.profile:
+        say(f"nodeagent: py-spy for {args.profile:.0f}s, /stats/summary every 10s")
+        record["profiled"] = profile(vm, args.profile, Path(args.profile_out))
+        save()
     say(f"{component}: deleting the pods")
     record["delete_seconds"] = delete_pods(vm, plane)
     save()
+
+
+def profile(vm: Machine, seconds: float, save_to: Path) -> dict[str, Any]:
+    """py-spy (copied from the dev venv: a static binary) samples the agent while the summary
+    reader runs; the raw stacks go to ``save_to`` and the hottest frames are printed."""
+    pyspy = Path(sys.executable).with_name("py-spy")
+    if not pyspy.exists():
+        raise SystemExit(f"{pyspy} missing: pip install -r requirements/dev.txt")
+    put_large(vm, PYSPY, pyspy.read_bytes(), 0o755)
+    pid = vm.check("systemctl show -p MainPID --value nodeagent").strip()
+    vm.check(["systemd-run", f"--unit={PROFILE_UNIT}", "--property=Restart=no", PYSPY, "record",
+              "-p", pid, "-d", str(int(seconds)), "-r", "50", "-f", "raw", "--nolineno",
+              "-o", PROFILE])  # fmt: skip
+    measured = measure(vm, "nodeagent", seconds, summary=True)
+    deadline = time.monotonic() + 120
+    while vm.run(f"systemctl is-active --quiet {PROFILE_UNIT}").rc == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("py-spy did not finish")
+        time.sleep(2)
+    save_to.write_bytes(vm.get(PROFILE))
+    say(f"py-spy raw stacks in {save_to}\n{hot_frames(save_to.read_text())}")
+    return measured
+
+
+def hot_frames(raw: str, top: int = 25) -> str:
+    """The frames holding the most samples, inclusive and self, from py-spy's raw output."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    lines = [f"{total} samples"]
+    for title, table in (("inclusive", inclusive), ("self", own)):
+        lines.append(f"-- {title}")
+        for frame, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"{n / max(total, 1) * 100:6.1f}%  {frame}")
+    return "\n".join(lines)
 
 
 def start_kubelet(vm: Machine, plane: ControlPlane, driver: str) -> None:
@@ -396,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=6144, help="guest memory")
     parser.add_argument("--only", choices=COMPONENTS)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--profile", type=float, default=0.0, help="after measuring, py-spy nodeagent this long"
+    )
+    parser.add_argument("--profile-out", default="stats-cost-vm-profile.txt")
     parser.add_argument("--out", help="write the raw figures (JSON) here as they come")
     parser.add_argument("--report", help="only print the table of an earlier --out file")
     args = parser.parse_args(argv)
