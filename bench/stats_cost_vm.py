@@ -436,7 +436,34 @@ def report(out: dict[str, Any], markdown: bool) -> str:
         widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in keys}
         lines.append("  ".join(k.ljust(widths[k]) for k in keys))
         lines += ["  ".join(r[k].ljust(widths[k]) for k in keys) for r in rows]
+    lines += derived(out)
     return "\n".join(lines)
+
+
+def derived(out: dict[str, Any]) -> list[str]:
+    """What the pods add over idle, and what one /stats/summary read adds, per node."""
+
+    def ms_per_10s(m: dict[str, Any]) -> float:
+        return float(m["cpu_usec"]) / 1000 / m["seconds"] * SUMMARY_EVERY
+
+    lines = []
+    for c in COMPONENTS:
+        got = out.get(c, {})
+        parts = []
+        if "idle" in got and "pods" in got:
+            extra = ms_per_10s(got["pods"]) - ms_per_10s(got["idle"])
+            parts.append(f"{out['pods']} pods add {extra:.0f} ms CPU per 10 s")
+        if "pods" in got and "pods+summary" in got and got["pods+summary"]["summary_reads"]:
+            m = got["pods+summary"]
+            extra_s = float(m["cpu_usec"]) / 1e6 - ms_per_10s(got["pods"]) / 1000 * (
+                m["seconds"] / SUMMARY_EVERY
+            )
+            parts.append(
+                f"one /stats/summary read adds {extra_s / m['summary_reads'] * 1000:.0f} ms"
+            )
+        if parts:
+            lines.append(f"# {c}: " + "; ".join(parts))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
