@@ -66,8 +66,12 @@ def get(url: str, context: ssl.SSLContext) -> tuple[float, int]:
 
 
 def housekeeping_metrics(url: str, context: ssl.SSLContext) -> dict[str, float]:
-    with urllib.request.urlopen(url, context=context, timeout=60) as response:
-        text = response.read().decode()
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=60) as response:
+            text = response.read().decode()
+    except OSError as e:
+        print(f"GET {url}: {e}", file=sys.stderr)
+        return {}
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(METRIC_PREFIX) and "{" not in line:

@@ -201,8 +201,8 @@ def delete_pods(vm: Machine, plane: ControlPlane, *, timeout: float = 600) -> fl
     while (
         pod_counts(plane)
         or vm.run(
-            "find /sys/fs/cgroup/kubepods* -mindepth 1 -maxdepth 3 -type d -name '*pod*' "
-            "| grep -q ."
+            "find /sys/fs/cgroup/kubepods* -mindepth 1 -maxdepth 3 -type d "
+            "\\( -name 'pod*' -o -name '*-pod*' \\) | grep -q ."
         ).rc
         == 0
     ):
