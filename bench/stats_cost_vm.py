@@ -195,7 +195,11 @@ def run_pods(plane: ControlPlane, count: int, *, timeout: float) -> float:
         time.sleep(5)
 
 
-def delete_pods(vm: Machine, plane: ControlPlane, *, timeout: float = 600) -> float:
+def delete_pods(vm: Machine, plane: ControlPlane, *, timeout: float = 300) -> float | None:
+    """Delete the pods; wait until they and their cgroups are gone. On a timeout (seen once with
+    nodeagent under TCG: every pod still Terminating 6 min after its Killing Event) the pods are
+    force-deleted from the API and None returned: the next agent kills what is left as pods no
+    API object owns, and the run goes on."""
     started = time.monotonic()
     plane.kubectl("delete", "pods", "-n", "default", "-l", f"app={LABEL}", "--wait=false")
     while (
@@ -207,7 +211,10 @@ def delete_pods(vm: Machine, plane: ControlPlane, *, timeout: float = 600) -> fl
         == 0
     ):
         if time.monotonic() - started > timeout:
-            raise RuntimeError(f"pods or their cgroups still there after {timeout:.0f}s")
+            say(f"pods or their cgroups still there after {timeout:.0f}s: {pod_counts(plane)}")
+            plane.kubectl("delete", "pods", "-n", "default", "-l", f"app={LABEL}",
+                          "--grace-period=0", "--force", "--wait=false")  # fmt: skip
+            return None
         time.sleep(5)
     return time.monotonic() - started
 
@@ -284,6 +291,8 @@ def phases(
         save()
     say(f"{component}: deleting the pods")
     record["delete_seconds"] = delete_pods(vm, plane)
+    if record["delete_seconds"] is None:
+        record["delete_journal"] = vm.run(f"journalctl -u {unit} --no-pager -n 200").stdout
     save()
 
 
