@@ -3,9 +3,10 @@
 Like cAdvisor's housekeeping (the kubelet's 10 s), the agent reads every pod and container
 cgroup in one batch (a worker thread, plain reads), keeps that sample and the one before it
 (for ``usageNanoCores``), and serves ``/stats/summary``, ``/metrics/resource``,
-``/metrics/cadvisor`` and the eviction manager from it. ``pass_seconds`` and ``files`` record
-what the last pass cost. On a cgroup v1 host it never samples (:attr:`enabled` is false) and
-the summary keeps to CRI stats.
+``/metrics/cadvisor`` and the eviction manager from it. ``pass_seconds`` and
+``pass_cpu_seconds`` record what the last pass cost, and ``nodeagent_stats_housekeeping_*`` on
+``/metrics`` every pass's (``metrics.py``). On a cgroup v1 host it never samples
+(:attr:`enabled` is false) and the summary keeps to CRI stats.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Final
 
 from nodeagent.clock import Clock
 from nodeagent.log import Logger, get_logger
+from nodeagent.stats import metrics
 from nodeagent.stats.cgroup import (
     CGROUP_ROOT,
     PROC_PRESSURE,
@@ -89,6 +91,11 @@ class CgroupStats:
             sample = await asyncio.to_thread(self._timed_sample, mono, ts)
             self.pass_seconds = time.perf_counter() - started
             self.previous, self.latest = self.latest, sample
+            metrics.HOUSEKEEPING_DURATION.observe(self.pass_seconds)
+            metrics.HOUSEKEEPING_CPU.inc(self.pass_cpu_seconds)
+            metrics.HOUSEKEEPING_CGROUPS.set(
+                1 + (sample.kubepods is not None) + len(sample.pods) + len(sample.containers)
+            )
             return sample
 
     def _timed_sample(self, mono: float, ts: int) -> TreeSample:

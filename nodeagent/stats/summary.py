@@ -297,13 +297,15 @@ class StatsProvider:
                 )
         if log_dirs:
             await _add_logs(log_dirs, sample.fs, time=now)
-        await self._pod_level(pods, now)
         if tree is not None:
             for sb_id, pod in pods.items():
                 uid = sandboxes[sb_id].metadata.uid
                 if (cg := tree.pods.get(uid)) is not None:
                     pod.cgroup = cg
                     pod.cgroup_cores = self._cgroup_rate("p", uid)
+        if any(pod.cgroup is None for pod in pods.values()):
+            # a pod's cgroup figures replace the runtime's: ask for these only when needed
+            await self._pod_level(pods, now)
         node = node_json(self._node_name, sample, cores, time=now)
         if sample.max_pid is not None and sample.processes is not None:
             node["rlimit"] = {"time": now, "maxpid": sample.max_pid, "curproc": sample.processes}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import prometheus_client
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -14,7 +15,10 @@ from nodeagent.clock import FrozenClock
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
 from nodeagent.stats.cgroup import (
+    MEMORY_STAT_KEYS,
+    CgroupSample,
     container_id_from_dir,
+    parse_flat_keyed,
     parse_io_stat,
     parse_psi,
     pod_uid_from_dir,
@@ -307,3 +311,47 @@ async def test_cadvisor_over_http(tmp_path: Path) -> None:
         assert r.content_type == "text/plain"
         text = await r.text()
     assert "# TYPE container_pressure_memory_stalled_seconds_total counter" in text
+
+
+async def test_each_housekeeping_pass_is_counted_on_metrics(tmp_path: Path) -> None:
+    """``nodeagent_stats_housekeeping_*`` on /metrics: one more pass observed, the thread's CPU
+    added, and the cgroups the pass read (root, kubepods, one pod, its container)."""
+    registry = prometheus_client.REGISTRY
+    name = "nodeagent_stats_housekeeping"
+    passes = registry.get_sample_value(f"{name}_duration_seconds_count") or 0.0
+    cpu = registry.get_sample_value(f"{name}_cpu_seconds_total") or 0.0
+    _, sampler, _, _ = await provider_over(tmp_path)  # two passes
+    assert registry.get_sample_value(f"{name}_duration_seconds_count") == passes + 2
+    assert (registry.get_sample_value(f"{name}_cpu_seconds_total") or 0.0) > cpu
+    assert registry.get_sample_value(f"{name}_cgroups") == 4
+    assert sampler.pass_seconds > 0
+
+
+async def test_pod_cgroups_spare_the_runtime_pod_stats_call(tmp_path: Path) -> None:
+    """On cgroup v2 a pod's figures come from its cgroup, so ListPodSandboxStats (which the
+    summary would throw away) is not asked for while every pod's cgroup was sampled."""
+    provider, _, _, _ = await provider_over(tmp_path)
+    runtime = provider._runtime
+    assert isinstance(runtime, FakeRuntime)
+    runtime.calls.clear()
+    summary = await provider.summary()
+    pod = summary["pods"][0]
+    assert pod["cpu"]["usageCoreNanoSeconds"] == 5_000_000_000  # the pod cgroup's usage_usec
+    assert pod["memory"]["workingSetBytes"] == 280 * 2**20  # memory.current - inactive_file
+    assert "ListPodSandboxStats" not in runtime.calls
+    assert "ListContainerStats" in runtime.calls  # still there: the writable layer's usage
+
+
+def test_fast_parsers_agree_with_the_general_ones(tmp_path: Path) -> None:
+    """memory.stat's kept keys by one regex scan, PSI by the kernel's line format (with the
+    general parser for anything else), whole files by os.read however long."""
+    stat = "".join(f"{k} {i}\n" for i, k in enumerate(["anon", "x_anon", "file", "pgfault"]))
+    assert parse_flat_keyed(stat, MEMORY_STAT_KEYS) == {"anon": 0, "file": 2, "pgfault": 3}
+    loose = "some avg60=1.5 avg10=2 avg300=0 total=7\n"  # not the kernel's layout
+    psi = parse_psi(loose)
+    assert psi is not None and (psi.some.avg10, psi.some.avg60, psi.some.total) == (2.0, 1.5, 7)
+    big = tmp_path / "io.stat"
+    text = "".join(f"8:{i} rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0 dios=0\n" for i in range(3000))
+    big.write_text(text)
+    assert read_cgroup(str(tmp_path)).io["rbytes"] == 3000
+    assert read_cgroup(str(tmp_path / "gone")) == CgroupSample()
