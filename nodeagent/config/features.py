@@ -19,6 +19,7 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "KubeletFineGrainedAuthz": True,
         "KubeletPSI": True,
         "NodeSwap": True,
+        "PSINodeCondition": False,  # alpha (KEP-5394): PSI contention node conditions
         "RotateKubeletServerCertificate": True,
         "SystemdWatchdog": True,
     }

@@ -83,6 +83,9 @@ _RULES = """\
   starts, and pods still get none (`NoSwap`: `memory.swap.max` 0 for every container).
 - `kubelet.qosReserved` (the kubelet's QoS memory reservations, behind the alpha
   `QOSReserved` gate) is not implemented: the field is refused as unknown.
+- The PSI contention thresholds (`kubelet.systemMemoryContentionThreshold`, ...) are PSI
+  percent, 0-100; they act only with the alpha feature gate `PSINodeCondition` (KEP-5394, off
+  by default), which needs `KubeletPSI`.
 - `kubelet.tlsCertFile` and `tlsPrivateKeyFile` are set together or not at all.
 - `proxy.minSyncPeriod` must be <= `proxy.syncPeriod`.
 - A non-empty file must have `apiVersion: nodeagent.io/v1alpha1` and
@@ -231,6 +234,7 @@ def _type_name(t: inspect.Type) -> str:
         return "object"
     names = {
         inspect.IntType: "integer",
+        inspect.FloatType: "number",
         inspect.StrType: "string",
         inspect.BoolType: "boolean",
         inspect.NoneType: "null",

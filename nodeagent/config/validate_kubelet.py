@@ -45,7 +45,7 @@ def validate_kubelet(k: KubeletConfiguration, out: Findings) -> None:
     _pods(k, out)
     _images(k, gates, out)
     _runtime(k, out)
-    _resources(k, out)
+    _resources(k, gates, out)
     _swap(k, gates, out)
     _shutdown(k, gates, out)
     for i, taint in enumerate(k.register_with_taints):
@@ -206,7 +206,7 @@ def _runtime(k: KubeletConfiguration, out: Findings) -> None:
     )
 
 
-def _resources(k: KubeletConfiguration, out: Findings) -> None:
+def _resources(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -> None:
     for name, reserved in (
         ("kubeReserved", k.kube_reserved),
         ("systemReserved", k.system_reserved),
@@ -262,13 +262,19 @@ def _resources(k: KubeletConfiguration, out: Findings) -> None:
             k.eviction_max_pod_grace_period,
         )
     out.positive(_p("housekeepingInterval"), k.housekeeping_interval)
-    if k.psi_contention_conditions:
-        out.add(
-            _p("psiContentionConditions"),
-            "true is not supported yet: nodeagent does not implement the KEP-5394 PSI "
-            "contention conditions; leave it false",
-            True,
-        )
+    thresholds: tuple[tuple[str, float], ...] = (
+        ("systemMemoryContentionThreshold", k.system_memory_contention_threshold),
+        ("systemDiskContentionThreshold", k.system_disk_contention_threshold),
+        ("kubepodsMemoryContentionThreshold", k.kubepods_memory_contention_threshold),
+        ("kubepodsDiskContentionThreshold", k.kubepods_disk_contention_threshold),
+    )
+    for field_name, pct_value in thresholds:
+        if not 0 <= pct_value <= 100:
+            out.add(
+                _p(field_name), f"{pct_value:g} must be between 0 and 100 (PSI percent)", pct_value
+            )
+    if gates.get("PSINodeCondition") and not gates.get("KubeletPSI"):
+        out.add(_p("featureGates"), "PSINodeCondition requires feature gate KubeletPSI")
     _enforcement(k, out)
 
 

@@ -281,11 +281,18 @@ BAD_FILES = [
         "must not be negative",
     ),
     (
-        "PSI contention conditions switched on",
-        "kubelet:\n  psiContentionConditions: true\n",
-        "kubelet.psiContentionConditions",
-        None,
-        "true is not supported yet",
+        "PSI contention threshold above 100 percent",
+        "kubelet:\n  kubepodsMemoryContentionThreshold: 150\n",
+        "kubelet.kubepodsMemoryContentionThreshold",
+        150,
+        "must be between 0 and 100 (PSI percent)",
+    ),
+    (
+        "PSI contention threshold negative",
+        "kubelet:\n  systemDiskContentionThreshold: -0.5\n",
+        "kubelet.systemDiskContentionThreshold",
+        -0.5,
+        "must be between 0 and 100",
     ),
     (
         "reserved memory that is not a quantity",
