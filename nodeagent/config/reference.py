@@ -75,8 +75,11 @@ _RULES = """\
   kubelet accepts the combination but then either refuses to start (swap on) or never gives
   pods swap (swap off); nodeagent reports it as a configuration error instead.
 - `kubelet.enforceNodeAllocatable` needs `cgroupsPerQOS: true` (or `[]`/`[none]`);
-  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup`, and
-  are refused for now: nodeagent enforces allocatable on `kubepods` only (`pods`).
+  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup` (the
+  kubelet's error text otherwise). At start that cgroup must exist with the controllers its
+  limits need, or the agent exits as the kubelet does ("Failed to enforce System Reserved
+  Cgroup Limits on ..."); the reservation's cpu (as `cpu.weight`), memory (`memory.max`) and
+  pid (`pids.max`) are written to it (systemd driver: the slice's unit properties too).
 - `kubelet.failSwapOn: true` (the kubelet's default) refuses to start when `/proc/swaps` lists
   any swap, with the kubelet's message. The packaged `/etc/nodeagent/config.yaml` sets
   `failSwapOn: false` (as kubeadm configs do on nodes that keep swap): a node with a swap file

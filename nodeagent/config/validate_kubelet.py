@@ -288,17 +288,17 @@ def _enforcement(k: KubeletConfiguration, out: Findings) -> None:
             out.add(item(path, i), '"none" cannot be combined with other levels', level)
         elif level == "system-reserved" and not k.system_reserved_cgroup:
             out.add(
-                _p("systemReservedCgroup"), f'must be set when {path} contains "system-reserved"'
+                _p("systemReservedCgroup"),
+                "invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be "
+                'specified when "system-reserved" contained in enforceNodeAllocatable '
+                "(--enforce-node-allocatable)",
             )
         elif level == "kube-reserved" and not k.kube_reserved_cgroup:
-            out.add(_p("kubeReservedCgroup"), f'must be set when {path} contains "kube-reserved"')
-        if level in ("system-reserved", "kube-reserved"):
-            # The container manager enforces allocatable on kubepods only (issue 14).
             out.add(
-                item(path, i),
-                f'{show(level)} is not enforced by nodeagent yet (only "pods": allocatable '
-                "on the kubepods cgroup); remove it",
-                level,
+                _p("kubeReservedCgroup"),
+                "invalid configuration: kubeReservedCgroup (--kube-reserved-cgroup) must be "
+                'specified when "kube-reserved" contained in enforceNodeAllocatable '
+                "(--enforce-node-allocatable)",
             )
     if not k.cgroups_per_qos and levels and levels != ("none",):
         out.add(

@@ -281,6 +281,14 @@ BAD_FILES = [
         "must not be negative",
     ),
     (
+        "system-reserved enforced without its cgroup",
+        "kubelet:\n  enforceNodeAllocatable: [pods, system-reserved]\n",
+        "kubelet.systemReservedCgroup",
+        None,
+        "invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be "
+        'specified when "system-reserved" contained in enforceNodeAllocatable',
+    ),
+    (
         "PSI contention threshold above 100 percent",
         "kubelet:\n  kubepodsMemoryContentionThreshold: 150\n",
         "kubelet.kubepodsMemoryContentionThreshold",
