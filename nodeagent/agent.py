@@ -62,7 +62,7 @@ from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import meminfo
-from nodeagent.stats.summary import StatsProvider, host_stats_provider
+from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -396,14 +396,34 @@ def eviction_manager(
 def contention_monitor(
     config: Config,
     *,
-    stats: StatsProvider,
+    sampler: CgroupStats,
     events: EventRecorder,
     on_change: Callable[[], None],
 ) -> ContentionMonitor | None:
-    """The PSI contention monitor (KEP-5394) when the ``PSINodeCondition`` gate is on."""
+    """The PSI contention monitor (KEP-5394) when the ``PSINodeCondition`` gate is on. It reads
+    the cgroup sampler's newest pass (``/proc/pressure`` and kubepods), not the whole summary:
+    no CRI call, nothing read twice."""
     k = config.kubelet
     if not features.effective(k.feature_gates).get("PSINodeCondition"):
         return None
+    interval = k.housekeeping_interval.seconds
+
+    async def psi() -> dict[str, Any]:
+        tree = await sampler.current(max_age=2 * interval)
+        if tree is None:  # cgroup v1: no PSI
+            return {}
+        node: dict[str, Any] = {
+            r: {"psi": psi_json(p)} for r, p in tree.node_psi.items() if r in ("memory", "io")
+        }
+        if tree.kubepods is not None:
+            pods = {
+                r: {"psi": psi_json(p)}
+                for r, p in tree.kubepods.psi.items()
+                if r in ("memory", "io")
+            }
+            node["systemContainers"] = [{"name": "pods", **pods}]
+        return {"node": node}
+
     return ContentionMonitor(
         thresholds={
             contention.SYSTEM_MEMORY: k.system_memory_contention_threshold,
@@ -411,8 +431,8 @@ def contention_monitor(
             contention.KUBEPODS_MEMORY: k.kubepods_memory_contention_threshold,
             contention.KUBEPODS_DISK: k.kubepods_disk_contention_threshold,
         },
-        summary=stats.summary,
-        interval=k.housekeeping_interval.seconds,
+        summary=psi,
+        interval=interval,
         events=events,
         on_change=on_change,
     )
@@ -593,7 +613,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         get_node=lambda: node_cache.get(node.node_name),
         on_change=status.poke,
     )
-    psi = contention_monitor(config, stats=stats, events=events, on_change=status.poke)
+    psi = contention_monitor(config, sampler=sampler, events=events, on_change=status.poke)
     server = _kubelet_api(
         config,
         node,
