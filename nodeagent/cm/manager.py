@@ -38,7 +38,8 @@ from nodeagent.cm.policy import (
     reserved_from,
     reserved_limits,
 )
-from nodeagent.config import Config
+from nodeagent.config import Config, features
+from nodeagent.config.units import parse_reserve_percentage
 from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
 from nodeagent.kuberuntime.sandbox import (
@@ -73,6 +74,8 @@ class CmSettings:
     swap: SwapInputs = field(default_factory=SwapInputs)
     swap_state: Path | None = None
     """Where each container's swap decision is written for ``nodeagent swap report``."""
+    memory_reserve_percent: int | None = None
+    """``qosReserved`` memory with the ``QOSReserved`` gate: Burstable/BestEffort limits."""
     reserved: tuple[ReservedCgroup, ...] = ()
     """``system-reserved`` / ``kube-reserved`` in ``enforceNodeAllocatable``, in that order."""
 
@@ -112,6 +115,7 @@ class ContainerManager:
         self._applied: dict[str, ResourceConfig] = {}
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
+        self._besteffort: ResourceConfig | None = None
         self._swap: dict[str, dict[str, Any]] = {}
         self._swap_lock = asyncio.Lock()
 
@@ -163,13 +167,19 @@ class ContainerManager:
                 else CgroupfsDriver(self._fs)
             )
             s = self._settings
-            configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+            configs = qos_resource_configs(
+                self._pods.values(),
+                s.node,
+                enforce_pods=s.enforce_pods,
+                memory_reserve_percent=s.memory_reserve_percent,
+            )
             for parts in _ancestors(s.cgroup_root):
                 await ops.ensure(parts, None)
             await ops.ensure(self._qos_name(None), configs.kubepods)
             await ops.ensure(self._qos_name("burstable"), configs.burstable)
             await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
             self._burstable = configs.burstable
+            self._besteffort = configs.besteffort
             self._events.record(
                 "Normal", ENFORCED_REASON, "Updated Node Allocatable limit across pods"
             )
@@ -226,10 +236,18 @@ class ContainerManager:
 
     async def _update_qos(self, ops: CgroupDriverOps) -> None:
         s = self._settings
-        configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+        configs = qos_resource_configs(
+            self._pods.values(),
+            s.node,
+            enforce_pods=s.enforce_pods,
+            memory_reserve_percent=s.memory_reserve_percent,
+        )
         if configs.burstable != self._burstable:
             await ops.ensure(self._qos_name("burstable"), configs.burstable)
             self._burstable = configs.burstable
+        if configs.besteffort != self._besteffort:
+            await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
+            self._besteffort = configs.besteffort
 
     def pod_config(self, pod: Pod) -> ResourceConfig:
         s = self._settings
@@ -403,9 +421,20 @@ def container_manager(
         cpu_period=settings.cpu_cfs_quota_period_us,
         swap=settings.swap,
         swap_state=Path(config.node.root_dir) / SWAP_STATE_FILE,
+        memory_reserve_percent=memory_reserve_percent(config),
         reserved=reserved_cgroups(config),
     )
     return ContainerManager(settings=cm_settings, driver=driver, events=events)
+
+
+def memory_reserve_percent(config: Config) -> int | None:
+    """``qosReserved: {memory: N%}`` when the ``QOSReserved`` gate is on (validated)."""
+    k = config.kubelet
+    if not features.effective(k.feature_gates).get("QOSReserved") or "memory" not in (
+        k.qos_reserved
+    ):
+        return None
+    return parse_reserve_percentage(k.qos_reserved["memory"])
 
 
 def reserved_cgroups(config: Config) -> tuple[ReservedCgroup, ...]:

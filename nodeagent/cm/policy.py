@@ -180,6 +180,16 @@ def pod_resource_config(
     return ResourceConfig(cpu_shares=MIN_SHARES, cpu_period=period, pids_max=pids)
 
 
+def pod_memory_request(pod: Pod) -> int:
+    """``PodRequests`` memory, in bytes (overhead included)."""
+    amount = {}
+    for c in _all_containers(pod):
+        raw = _request(c, "memory")
+        amount[c.name] = value(raw) if raw is not None else 0
+    overhead = pod.spec.overhead
+    return _effective(pod, amount) + (value(overhead["memory"]) if "memory" in overhead else 0)
+
+
 def pod_cpu_request_milli(pod: Pod) -> int:
     amount = {}
     for c in _all_containers(pod):
@@ -240,17 +250,47 @@ def kubepods_config(node: NodeResources, *, enforce_pods: bool) -> ResourceConfi
     )
 
 
+def qos_memory_limits(
+    pods: Iterable[Pod], allocatable_memory: int, percent_reserve: int
+) -> tuple[int, int] | None:
+    """``qosReserved`` memory (the kubelet's ``setMemoryReserve``): Burstable may use what
+    the Guaranteed pods' requests leave (``percent_reserve`` of them held back), BestEffort
+    what the Burstable pods' requests leave after that. None when allocatable is 0."""
+    if allocatable_memory <= 0:
+        return None
+    requests = {QOSClass.GUARANTEED: 0, QOSClass.BURSTABLE: 0}
+    for p in pods:
+        qos = pod_qos_class(p)
+        if qos in requests:
+            requests[qos] += pod_memory_request(p)
+    burstable = allocatable_memory - requests[QOSClass.GUARANTEED] * percent_reserve // 100
+    besteffort = burstable - requests[QOSClass.BURSTABLE] * percent_reserve // 100
+    return burstable, besteffort
+
+
 def qos_resource_configs(
-    pods: Iterable[Pod], node: NodeResources, *, enforce_pods: bool
+    pods: Iterable[Pod],
+    node: NodeResources,
+    *,
+    enforce_pods: bool,
+    memory_reserve_percent: int | None = None,
 ) -> QosConfigs:
-    """The QoS cgroups' cpu weights: Burstable is the sum of its pods' cpu requests."""
+    """The QoS cgroups' cpu weights (Burstable: the sum of its pods' cpu requests) and, with
+    ``qosReserved`` memory, the Burstable and BestEffort memory limits."""
+    pods = list(pods)
     burstable_milli = sum(
         pod_cpu_request_milli(p) for p in pods if pod_qos_class(p) is QOSClass.BURSTABLE
     )
+    limits = None
+    if memory_reserve_percent is not None:
+        limits = qos_memory_limits(pods, node.allocatable().memory, memory_reserve_percent)
     return QosConfigs(
         kubepods=kubepods_config(node, enforce_pods=enforce_pods),
-        burstable=ResourceConfig(cpu_shares=milli_cpu_to_shares(burstable_milli)),
-        besteffort=ResourceConfig(cpu_shares=MIN_SHARES),
+        burstable=ResourceConfig(
+            cpu_shares=milli_cpu_to_shares(burstable_milli),
+            memory_max=limits[0] if limits else None,
+        ),
+        besteffort=ResourceConfig(cpu_shares=MIN_SHARES, memory_max=limits[1] if limits else None),
     )
 
 

@@ -84,8 +84,11 @@ _RULES = """\
   any swap, with the kubelet's message. The packaged `/etc/nodeagent/config.yaml` sets
   `failSwapOn: false` (as kubeadm configs do on nodes that keep swap): a node with a swap file
   starts, and pods still get none (`NoSwap`: `memory.swap.max` 0 for every container).
-- `kubelet.qosReserved` (the kubelet's QoS memory reservations, behind the alpha
-  `QOSReserved` gate) is not implemented: the field is refused as unknown.
+- `kubelet.qosReserved` (memory only, a percentage `0%`-`100%`) requires the alpha feature gate
+  `QOSReserved` (the kubelet ignores it silently without the gate; nodeagent refuses). The
+  Burstable tier's `memory.max` is then allocatable less that share of the Guaranteed pods'
+  memory requests, BestEffort's that less the share of the Burstable pods' requests, updated
+  as pods come and go.
 - The PSI contention thresholds (`kubelet.systemMemoryContentionThreshold`, ...) are PSI
   percent, 0-100; they act only with the alpha feature gate `PSINodeCondition` (KEP-5394, off
   by default), which needs `KubeletPSI`.

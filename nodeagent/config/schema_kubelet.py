@@ -245,6 +245,13 @@ class KubeletConfiguration(Section, frozen=True):
     system_reserved_cgroup: Annotated[
         str, doc("Cgroup enforcing `systemReserved` when listed in `enforceNodeAllocatable`.")
     ] = ""
+    qos_reserved: Annotated[
+        dict[str, str],
+        doc(
+            "Alpha (gate QOSReserved): share of the higher QoS tiers' memory requests held "
+            "back from the lower ones, `{memory: 50%}` (memory only)."
+        ),
+    ] = field(name="qosReserved", default_factory=dict)
     enforce_node_allocatable: Annotated[
         tuple[str, ...],
         doc("Levels to enforce: `pods`, `system-reserved`, `kube-reserved`, or `none`."),

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from nodeagent.config import features, syntax
 from nodeagent.config.problem import Findings, child, entry, item, one_of, show
 from nodeagent.config.schema_kubelet import KubeletConfiguration
-from nodeagent.config.units import QUANTITY_HELP, Duration, parse_percentage, parse_quantity
+from nodeagent.config.units import (
+    QUANTITY_HELP,
+    Duration,
+    parse_percentage,
+    parse_quantity,
+    parse_reserve_percentage,
+)
 
 P = "kubelet"
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
@@ -273,6 +279,17 @@ def _resources(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings
             out.add(
                 _p(field_name), f"{pct_value:g} must be between 0 and 100 (PSI percent)", pct_value
             )
+    for resource, reserve in k.qos_reserved.items():
+        where = entry(_p("qosReserved"), resource)
+        if resource != "memory":
+            out.add(where, f"cannot reserve {show(resource)} resource (only memory)", resource)
+            continue
+        try:
+            parse_reserve_percentage(reserve)
+        except ValueError as e:
+            out.add(where, f"failed to parse percentage {show(reserve)}: {e}", reserve)
+    if k.qos_reserved and not gates.get("QOSReserved"):
+        out.add(_p("qosReserved"), "requires feature gate QOSReserved")
     if gates.get("PSINodeCondition") and not gates.get("KubeletPSI"):
         out.add(_p("featureGates"), "PSINodeCondition requires feature gate KubeletPSI")
     _enforcement(k, out)

@@ -179,3 +179,53 @@ async def test_system_then_kube_reserved_both_enforced(tmp_path: Path) -> None:
         "Updated limits on system reserved cgroup /system.slice",
         "Updated limits on kube reserved cgroup /kube-reserved.slice",
     ]
+
+
+# --- qosReserved (alpha gate QOSReserved) -------------------------------------------------
+
+
+def test_qos_memory_limits_hold_back_a_share_of_the_higher_tiers_requests() -> None:
+    from nodeagent.cm.policy import qos_memory_limits
+    from nodeagent.testing.pods import container, pod
+
+    g = {"cpu": "100m", "memory": "1Gi"}
+    pods = [
+        pod("g", containers=[container("a", requests=g, limits=g)]),
+        pod("b", containers=[container("a", requests={"memory": "512Mi"})]),
+        pod("e", containers=[container("a")]),
+    ]
+    burstable, besteffort = qos_memory_limits(pods, 3 * GIB, 50) or (0, 0)
+    assert burstable == 3 * GIB - GIB // 2
+    assert besteffort == burstable - (512 << 20) // 2
+    assert qos_memory_limits(pods, 0, 50) is None
+
+
+async def test_manager_sets_qos_tier_memory_limits_as_pods_come_and_go(tmp_path: Path) -> None:
+    from nodeagent.testing.pods import container, pod
+
+    async def get_driver() -> CgroupDriver:
+        return "cgroupfs"
+
+    cm = ContainerManager(
+        settings=CmSettings(
+            enabled=True,
+            node=NodeResources(milli_cpu=2000, memory=4 * GIB, reserved_memory=GIB),
+            memory_reserve_percent=100,
+        ),
+        driver=get_driver,
+        fs=CgroupFs(mount=tmp_path, rmdir=files_vanish_rmdir),
+    )
+    await cm.setup()
+    burstable, besteffort = tmp_path / "kubepods/burstable", tmp_path / "kubepods/besteffort"
+    assert (burstable / "memory.max").read_text() == str(3 * GIB)
+    assert (besteffort / "memory.max").read_text() == str(3 * GIB)
+    g = {"cpu": "100m", "memory": "1Gi"}
+    guaranteed = pod("g", containers=[container("a", requests=g, limits=g)])
+    await cm.ensure_pod(guaranteed)
+    assert (burstable / "memory.max").read_text() == str(2 * GIB)
+    assert (besteffort / "memory.max").read_text() == str(2 * GIB)
+    await cm.ensure_pod(pod("b", containers=[container("a", requests={"memory": "1Gi"})]))
+    assert (besteffort / "memory.max").read_text() == str(GIB)
+    await cm.remove_pod(guaranteed.uid)
+    assert (burstable / "memory.max").read_text() == str(3 * GIB)
+    assert (besteffort / "memory.max").read_text() == str(2 * GIB)

@@ -289,6 +289,27 @@ BAD_FILES = [
         'specified when "system-reserved" contained in enforceNodeAllocatable',
     ),
     (
+        "qosReserved without its gate",
+        "kubelet:\n  qosReserved:\n    memory: 50%\n",
+        "kubelet.qosReserved",
+        None,
+        "requires feature gate QOSReserved",
+    ),
+    (
+        "qosReserved for cpu",
+        "kubelet:\n  featureGates: {QOSReserved: true}\n  qosReserved:\n    cpu: 50%\n",
+        'kubelet.qosReserved["cpu"]',
+        "cpu",
+        'cannot reserve "cpu" resource',
+    ),
+    (
+        "qosReserved not a percentage",
+        "kubelet:\n  featureGates: {QOSReserved: true}\n  qosReserved:\n    memory: 512Mi\n",
+        'kubelet.qosReserved["memory"]',
+        "512Mi",
+        "percentage expected, got '512Mi'",
+    ),
+    (
         "PSI contention threshold above 100 percent",
         "kubelet:\n  kubepodsMemoryContentionThreshold: 150\n",
         "kubelet.kubepodsMemoryContentionThreshold",

@@ -96,3 +96,11 @@ def test_the_monitor_exists_only_with_the_gate_and_reads_the_sampler(
     assert by_type[contention.SYSTEM_MEMORY] == "True"  # default threshold 0.9
     assert by_type[contention.KUBEPODS_MEMORY] == "True"
     assert by_type[contention.KUBEPODS_DISK] == "Unknown"
+
+
+def test_qos_reserved_memory_with_its_gate(load: Load) -> None:
+    from nodeagent.cm.manager import memory_reserve_percent
+
+    cfg = load("kubelet:\n  featureGates: {QOSReserved: true}\n  qosReserved: {memory: 50%}\n")
+    assert memory_reserve_percent(cfg) == 50
+    assert memory_reserve_percent(load("kubelet: {}\n")) is None
