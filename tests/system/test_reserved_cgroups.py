@@ -1,7 +1,8 @@
 """enforceNodeAllocatable ``system-reserved`` in the VM, with the systemd cgroup driver:
 ``systemReservedCgroup: /system.slice`` gets the reservation in its cgroup files and in the
 slice's unit properties, the Node gets the ``NodeAllocatableEnforced`` Event and allocatable
-less the reservation; a reserved cgroup that does not exist stops the agent with the kubelet's
+less the reservation, and with ``qosReserved`` (gate QOSReserved) the QoS tiers get
+``memory.max``; a reserved cgroup that does not exist stops the agent with the kubelet's
 error. containerd, the agent's configuration and system.slice are put back afterwards."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SYSTEMD_CGROUP = """
 """
 GIB = 1 << 30
 RESERVED = (
+    "  featureGates: {{QOSReserved: true}}\n"
+    "  qosReserved: {{memory: 100%}}\n"
     "  enforceNodeAllocatable: [pods, system-reserved]\n"
     "  systemReservedCgroup: {cgroup}\n"
     "  systemReserved: {{cpu: 250m, memory: 1Gi, pid: '10000'}}\n"
@@ -110,6 +113,17 @@ def test_system_reserved_is_written_to_system_slice_with_the_systemd_driver(
         "MemoryMax": str(GIB),
         "TasksMax": "10000",
     }
+    # node allocatable on kubepods, and qosReserved on the QoS tiers (no pods: allocatable)
+    mem_total = next(
+        int(line.split()[1]) * 1024
+        for line in _read(vm, "/proc/meminfo").splitlines()
+        if line.startswith("MemTotal:")
+    )
+    allocatable = str(mem_total - GIB)
+    kubepods = "/sys/fs/cgroup/kubepods.slice"
+    assert _read(vm, f"{kubepods}/memory.max") == allocatable
+    assert _read(vm, f"{kubepods}/kubepods-burstable.slice/memory.max") == allocatable
+    assert _read(vm, f"{kubepods}/kubepods-besteffort.slice/memory.max") == allocatable
     # systemd keeps them: a daemon-reload re-applies the unit's settings to its cgroup
     vm.check("systemctl daemon-reload", timeout=60)
     assert _read(vm, f"{cg}/memory.max") == str(GIB)
