@@ -87,6 +87,8 @@ def systemd_driver(vm: Machine, control_plane: ControlPlane, guest_node: str) ->
         vm.check(["mv", SAVED_CONTAINERD_CONFIG, CONTAINERD_CONFIG])
         # the runtime properties the agent set on system.slice
         vm.run("systemctl revert system.slice")
+        vm.run("cd /sys/fs/cgroup/system.slice && echo max > memory.max && echo max > pids.max "
+               "&& echo 100 > cpu.weight")  # fmt: skip
         vm.check("systemctl restart containerd", timeout=120)
         vm.run("systemctl reset-failed nodeagent")
         _restart_agent(vm, control_plane)
