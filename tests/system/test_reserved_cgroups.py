@@ -105,6 +105,8 @@ def test_system_reserved_is_written_to_system_slice_with_the_systemd_driver(
     wait_until(vm, "test -d /sys/fs/cgroup/kubepods.slice", timeout=60, what="kubepods.slice")
 
     cg = "/sys/fs/cgroup/system.slice"
+    # the Node may still read Ready from the agent before the restart: wait for the outcome
+    wait_until(vm, f"grep -qx {GIB} {cg}/memory.max", timeout=90, what="system.slice memory.max")
     assert _read(vm, f"{cg}/cpu.weight") == str(weight_of_shares(256))  # 250m
     assert _read(vm, f"{cg}/memory.max") == str(GIB)
     assert _read(vm, f"{cg}/pids.max") == "10000"
