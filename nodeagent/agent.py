@@ -21,7 +21,7 @@ from nodeagent import __version__, cgroups, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
-from nodeagent.config import Config
+from nodeagent.config import Config, features
 from nodeagent.containerlogs import http as logs_http
 from nodeagent.containerlogs import nodelogs
 from nodeagent.containerlogs.nodelogs import NodeLogSettings
@@ -29,7 +29,8 @@ from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
 from nodeagent.containerlogs.service import ContainerLogs
 from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
-from nodeagent.eviction import EvictionManager, parse_thresholds
+from nodeagent.eviction import EvictionManager, contention, parse_thresholds
+from nodeagent.eviction.contention_monitor import ContentionMonitor
 from nodeagent.eviction.thresholds import (
     CONTAINERFS_AVAILABLE,
     CONTAINERFS_INODES_FREE,
@@ -48,7 +49,7 @@ from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
-from nodeagent.nodestatus.setters import Pressure, RuntimeStatus
+from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
@@ -61,7 +62,7 @@ from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import meminfo
-from nodeagent.stats.summary import StatsProvider, host_stats_provider
+from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -392,6 +393,57 @@ def eviction_manager(
     return manager
 
 
+def contention_monitor(
+    config: Config,
+    *,
+    sampler: CgroupStats,
+    events: EventRecorder,
+    on_change: Callable[[], None],
+) -> ContentionMonitor | None:
+    """The PSI contention monitor (KEP-5394) when the ``PSINodeCondition`` gate is on. It reads
+    the cgroup sampler's newest pass (``/proc/pressure`` and kubepods), not the whole summary:
+    no CRI call, nothing read twice."""
+    k = config.kubelet
+    if not features.effective(k.feature_gates).get("PSINodeCondition"):
+        return None
+    interval = k.housekeeping_interval.seconds
+
+    async def psi() -> dict[str, Any]:
+        tree = await sampler.current(max_age=2 * interval)
+        if tree is None:  # cgroup v1: no PSI
+            return {}
+        node: dict[str, Any] = {
+            r: {"psi": psi_json(p)} for r, p in tree.node_psi.items() if r in ("memory", "io")
+        }
+        if tree.kubepods is not None:
+            pods = {
+                r: {"psi": psi_json(p)}
+                for r, p in tree.kubepods.psi.items()
+                if r in ("memory", "io")
+            }
+            node["systemContainers"] = [{"name": "pods", **pods}]
+        return {"node": node}
+
+    return ContentionMonitor(
+        thresholds={
+            contention.SYSTEM_MEMORY: k.system_memory_contention_threshold,
+            contention.SYSTEM_DISK: k.system_disk_contention_threshold,
+            contention.KUBEPODS_MEMORY: k.kubepods_memory_contention_threshold,
+            contention.KUBEPODS_DISK: k.kubepods_disk_contention_threshold,
+        },
+        summary=psi,
+        interval=interval,
+        events=events,
+        on_change=on_change,
+    )
+
+
+def _contention(monitor: ContentionMonitor | None) -> tuple[Contention, ...]:
+    if monitor is None:
+        return ()
+    return tuple(Contention(c.type, c.status, c.reason, c.message) for c in monitor.conditions())
+
+
 def _kubelet_api(
     config: Config,
     node: NodeSettings,
@@ -514,6 +566,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 memory=eviction.under_memory_pressure(),
                 disk=eviction.under_disk_pressure(),
                 pid=eviction.under_pid_pressure(),
+                contention=_contention(psi),
             ),
         ),
         on_repeated_failure=api.reset_connections,
@@ -560,6 +613,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         get_node=lambda: node_cache.get(node.node_name),
         on_change=status.poke,
     )
+    psi = contention_monitor(config, sampler=sampler, events=events, on_change=status.poke)
     server = _kubelet_api(
         config,
         node,
@@ -575,6 +629,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         shutdown,
         sampler,
         eviction,
+        *([psi] if psi is not None else []),
         logs,
         server,
         *proxy,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from nodeagent.cm.cgroupfs import CgroupFs
-from nodeagent.cm.policy import ResourceConfig
+from nodeagent.cm.policy import ReservedLimits, ResourceConfig
 from nodeagent.kuberuntime.podsettings import CgroupDriver
 from nodeagent.kuberuntime.sandbox import POD_CGROUP_PREFIX, cgroup_path
 from nodeagent.systemd.dbus import NO_SUCH_UNIT, UNIT_EXISTS, DbusError, UnitBus, Variant
@@ -44,6 +44,10 @@ class CgroupDriverOps(Protocol):
 
     async def remove(self, parts: list[str]) -> bool: ...
 
+    async def update_existing(self, path: str, limits: ReservedLimits) -> None:
+        """Apply ``limits`` to a cgroup something else made (``systemReservedCgroup``)."""
+        ...
+
     def pod_uid(self, child: str) -> str | None:
         """The pod UID of a pod cgroup's directory name, None for anything else."""
         ...
@@ -70,6 +74,9 @@ class CgroupfsDriver:
 
     async def remove(self, parts: list[str]) -> bool:
         return await asyncio.to_thread(self.fs.remove, self.path(parts))
+
+    async def update_existing(self, path: str, limits: ReservedLimits) -> None:
+        await asyncio.to_thread(self.fs.write, path, limits.files())
 
     def pod_uid(self, child: str) -> str | None:
         if child.startswith(POD_CGROUP_PREFIX) and len(child) > len(POD_CGROUP_PREFIX):
@@ -100,6 +107,18 @@ def unit_properties(config: ResourceConfig | None) -> list[list[Any]]:
     props.append(["MemoryMax", Variant("t", memory)])
     if config.pids_max is not None:
         props.append(["TasksMax", Variant("t", config.pids_max)])
+    return props
+
+
+def reserved_properties(limits: ReservedLimits) -> list[list[Any]]:
+    """The unit properties for a reserved slice: only what is reserved."""
+    props: list[list[Any]] = []
+    if (weight := limits.cpu_weight) is not None:
+        props.append(["CPUWeight", Variant("t", weight)])
+    if limits.memory_max is not None:
+        props.append(["MemoryMax", Variant("t", limits.memory_max)])
+    if limits.pids_max is not None:
+        props.append(["TasksMax", Variant("t", limits.pids_max)])
     return props
 
 
@@ -142,6 +161,15 @@ class SystemdDriver:
         await self._appear(path)
         if config is not None:
             await asyncio.to_thread(self.fs.write, path, config.files())
+
+    async def update_existing(self, path: str, limits: ReservedLimits) -> None:
+        """Set the slice's properties (runtime) so systemd keeps them, then write the files,
+        as libcontainer's systemd manager does. A cgroup that is not a slice gets the files."""
+        unit = path.rstrip("/").rsplit("/", 1)[-1]
+        props = reserved_properties(limits)
+        if unit.endswith(".slice") and props:
+            await self.bus.call("SetUnitProperties", "sba(sv)", [unit, True, props])
+        await asyncio.to_thread(self.fs.write, path, limits.files())
 
     async def _appear(self, path: str) -> None:
         if not await _poll(lambda: self.fs.exists(path)):

@@ -27,15 +27,21 @@ from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
 from nodeagent.cm.policy import (
     NodeResources,
+    ReservedCgroup,
     ResourceConfig,
     SwapInputs,
     container_swap,
+    go_quote_name,
     pod_resource_config,
     qos_resource_configs,
+    reserved_cgroup_name,
     reserved_from,
+    reserved_limits,
     widen,
 )
-from nodeagent.config import Config
+from nodeagent.config import Config, features
+from nodeagent.config.units import parse_reserve_percentage
+from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
 from nodeagent.kuberuntime.sandbox import (
     KUBEPODS,
@@ -49,6 +55,8 @@ from nodeagent.podspec import Pod
 from nodeagent.systemd.dbus import SystemdBus, UnitBus
 
 SETUP_RETRY: Final = 10.0
+ENFORCED_REASON: Final = "NodeAllocatableEnforced"
+ENFORCEMENT_FAILED_REASON: Final = "FailedNodeAllocatableEnforcement"
 SWAP_STATE_FILE: Final = "swap-state.json"
 QOS_TIERS: Final = ("burstable", "besteffort")
 
@@ -67,6 +75,14 @@ class CmSettings:
     swap: SwapInputs = field(default_factory=SwapInputs)
     swap_state: Path | None = None
     """Where each container's swap decision is written for ``nodeagent swap report``."""
+    memory_reserve_percent: int | None = None
+    """``qosReserved`` memory with the ``QOSReserved`` gate: Burstable/BestEffort limits."""
+    reserved: tuple[ReservedCgroup, ...] = ()
+    """``system-reserved`` / ``kube-reserved`` in ``enforceNodeAllocatable``, in that order."""
+
+
+class ReservedEnforcementError(Exception):
+    """A reserved cgroup could not be enforced: the kubelet refuses to start on this."""
 
 
 def read_pid_max(path: str = "/proc/sys/kernel/pid_max") -> int | None:
@@ -85,9 +101,11 @@ class ContainerManager:
         driver: Callable[[], Awaitable[CgroupDriver]],
         fs: CgroupFs | None = None,
         bus: Callable[[], UnitBus] = SystemdBus,
+        events: EventSink | None = None,
         log: Logger | None = None,
     ) -> None:
         self._settings = settings
+        self._events: EventSink = events or DiscardEvents()
         self._driver = driver
         self._fs = fs or CgroupFs()
         self._bus = bus
@@ -98,6 +116,7 @@ class ContainerManager:
         self._applied: dict[str, ResourceConfig] = {}
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
+        self._besteffort: ResourceConfig | None = None
         self._swap: dict[str, dict[str, Any]] = {}
         self._swap_lock = asyncio.Lock()
 
@@ -120,6 +139,10 @@ class ContainerManager:
             try:
                 await self.setup()
                 break
+            except ReservedEnforcementError as e:
+                # the kubelet exits here ("Failed to start ContainerManager"): so do we
+                self._log.error("Failed to start ContainerManager", err=str(e))
+                raise
             except Exception as e:
                 self._log.error(
                     "Failed to create the QoS cgroup hierarchy; will retry",
@@ -145,13 +168,23 @@ class ContainerManager:
                 else CgroupfsDriver(self._fs)
             )
             s = self._settings
-            configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+            configs = qos_resource_configs(
+                self._pods.values(),
+                s.node,
+                enforce_pods=s.enforce_pods,
+                memory_reserve_percent=s.memory_reserve_percent,
+            )
             for parts in _ancestors(s.cgroup_root):
                 await ops.ensure(parts, None)
             await ops.ensure(self._qos_name(None), configs.kubepods)
             await ops.ensure(self._qos_name("burstable"), configs.burstable)
             await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
             self._burstable = configs.burstable
+            self._besteffort = configs.besteffort
+            self._events.record(
+                "Normal", ENFORCED_REASON, "Updated Node Allocatable limit across pods"
+            )
+            await self._enforce_reserved(ops)
             self._ops = ops
             self._log.info(
                 "Created the QoS cgroup hierarchy",
@@ -161,12 +194,61 @@ class ContainerManager:
             )
             return ops
 
+    async def _enforce_reserved(self, ops: CgroupDriverOps) -> None:
+        """``system-reserved`` / ``kube-reserved``: the reservation written to the existing
+        cgroup (the kubelet's ``enforceExistingCgroup``); a missing cgroup, or one without the
+        controllers the limits need, is the kubelet's start error."""
+        for r in self._settings.reserved:
+            name = reserved_cgroup_name(r.cgroup, ops.name)
+            path = ops.path(name) if ops.name == "systemd" else "/" + "/".join(name)
+            limits = reserved_limits(r.reservation)
+            self._log.info(
+                f"Enforcing {r.lower} on cgroup", cgroup_name=r.cgroup, limits=limits.files()
+            )
+            error = await asyncio.to_thread(self._validate, name, path, limits.controllers())
+            if error is None:
+                try:
+                    await ops.update_existing(path, limits)
+                except Exception as e:
+                    error = str(e)
+            if error is not None:
+                message = r.failure(error)
+                self._events.record("Warning", ENFORCEMENT_FAILED_REASON, message)
+                raise ReservedEnforcementError(message)
+            self._events.record("Normal", ENFORCED_REASON, r.success())
+
+    def _validate(self, name: list[str], path: str, needed: list[str]) -> str | None:
+        """The kubelet's v2 ``Validate``: the cgroup's ``cgroup.controllers`` readable and
+        holding what the limits need (of what the root cgroup offers)."""
+        file = self._fs.path(path) / "cgroup.controllers"
+        try:
+            enabled = set(file.read_text().split())
+        except OSError as e:
+            reason = os.strerror(e.errno or 0).lower()
+            where = go_quote_name(name)
+            return f"could not read controllers for cgroup {where}: open {file}: {reason}"
+        offered = set((self._fs.read("/", "cgroup.controllers") or "").split())
+        missing = sorted(c for c in needed if c in offered and c not in enabled)
+        if missing:
+            return (
+                f"cgroup {go_quote_name(name)} has some missing controllers: {', '.join(missing)}"
+            )
+        return None
+
     async def _update_qos(self, ops: CgroupDriverOps) -> None:
         s = self._settings
-        configs = qos_resource_configs(self._pods.values(), s.node, enforce_pods=s.enforce_pods)
+        configs = qos_resource_configs(
+            self._pods.values(),
+            s.node,
+            enforce_pods=s.enforce_pods,
+            memory_reserve_percent=s.memory_reserve_percent,
+        )
         if configs.burstable != self._burstable:
             await ops.ensure(self._qos_name("burstable"), configs.burstable)
             self._burstable = configs.burstable
+        if configs.besteffort != self._besteffort:
+            await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
+            self._besteffort = configs.besteffort
 
     def pod_config(self, pod: Pod) -> ResourceConfig:
         s = self._settings
@@ -338,6 +420,7 @@ def container_manager(
     settings: PodRuntimeSettings,
     driver: Callable[[], Awaitable[CgroupDriver]],
     num_cpus: int | None = None,
+    events: EventSink | None = None,
 ) -> ContainerManager:
     """The container manager for ``config`` on this host (inactive on cgroup v1 or with
     ``cgroupsPerQOS: false``)."""
@@ -359,5 +442,42 @@ def container_manager(
         cpu_period=settings.cpu_cfs_quota_period_us,
         swap=settings.swap,
         swap_state=Path(config.node.root_dir) / SWAP_STATE_FILE,
+        memory_reserve_percent=memory_reserve_percent(config),
+        reserved=reserved_cgroups(config),
     )
-    return ContainerManager(settings=cm_settings, driver=driver)
+    return ContainerManager(settings=cm_settings, driver=driver, events=events)
+
+
+def memory_reserve_percent(config: Config) -> int | None:
+    """``qosReserved: {memory: N%}`` when the ``QOSReserved`` gate is on (validated)."""
+    k = config.kubelet
+    if not features.effective(k.feature_gates).get("QOSReserved") or "memory" not in (
+        k.qos_reserved
+    ):
+        return None
+    return parse_reserve_percentage(k.qos_reserved["memory"])
+
+
+def reserved_cgroups(config: Config) -> tuple[ReservedCgroup, ...]:
+    """The reserved levels ``enforceNodeAllocatable`` lists (validation made sure each has its
+    cgroup), system first as the kubelet enforces them."""
+    k = config.kubelet
+    levels = k.enforce_node_allocatable
+    out = []
+    if "system-reserved" in levels:
+        out.append(
+            ReservedCgroup(
+                level="system-reserved",
+                cgroup=k.system_reserved_cgroup,
+                reservation=dict(k.system_reserved),
+            )
+        )
+    if "kube-reserved" in levels:
+        out.append(
+            ReservedCgroup(
+                level="kube-reserved",
+                cgroup=k.kube_reserved_cgroup,
+                reservation=dict(k.kube_reserved),
+            )
+        )
+    return tuple(out)

@@ -9,6 +9,10 @@
 - :func:`qos_resource_configs`: ``kubepods`` (node allocatable when ``enforceNodeAllocatable``
   has ``pods``, else capacity), ``kubepods/burstable`` (the sum of the Burstable pods' cpu
   requests as shares) and ``kubepods/besteffort`` (the minimal shares).
+- :func:`reserved_limits`: what ``enforceNodeAllocatable`` ``system-reserved`` /
+  ``kube-reserved`` write to ``systemReservedCgroup`` / ``kubeReservedCgroup`` (the kubelet's
+  ``getCgroupConfig``): ``cpu.weight`` from the reserved cpu as shares, ``memory.max`` the
+  reserved memory, ``pids.max`` the reserved pids; what is not reserved is left alone.
 - :func:`container_swap`: ``memory.swap.max`` of one container (``NoSwap``: 0;
   ``LimitedSwap``: request / node memory x node swap for Burstable, non-critical containers
   whose memory request differs from their limit), with the formula's inputs for the report.
@@ -200,6 +204,16 @@ def widen(old: ResourceConfig | None, new: ResourceConfig) -> ResourceConfig:
     )
 
 
+def pod_memory_request(pod: Pod) -> int:
+    """``PodRequests`` memory, in bytes (overhead included)."""
+    amount = {}
+    for c in _all_containers(pod):
+        raw = _request(c, "memory")
+        amount[c.name] = value(raw) if raw is not None else 0
+    overhead = pod.spec.overhead
+    return _effective(pod, amount) + (value(overhead["memory"]) if "memory" in overhead else 0)
+
+
 def pod_cpu_request_milli(pod: Pod) -> int:
     amount = {}
     for c in _all_containers(pod):
@@ -260,18 +274,141 @@ def kubepods_config(node: NodeResources, *, enforce_pods: bool) -> ResourceConfi
     )
 
 
+def qos_memory_limits(
+    pods: Iterable[Pod], allocatable_memory: int, percent_reserve: int
+) -> tuple[int, int] | None:
+    """``qosReserved`` memory (the kubelet's ``setMemoryReserve``): Burstable may use what
+    the Guaranteed pods' requests leave (``percent_reserve`` of them held back), BestEffort
+    what the Burstable pods' requests leave after that. None when allocatable is 0."""
+    if allocatable_memory <= 0:
+        return None
+    requests = {QOSClass.GUARANTEED: 0, QOSClass.BURSTABLE: 0}
+    for p in pods:
+        qos = pod_qos_class(p)
+        if qos in requests:
+            requests[qos] += pod_memory_request(p)
+    burstable = allocatable_memory - requests[QOSClass.GUARANTEED] * percent_reserve // 100
+    besteffort = burstable - requests[QOSClass.BURSTABLE] * percent_reserve // 100
+    return burstable, besteffort
+
+
 def qos_resource_configs(
-    pods: Iterable[Pod], node: NodeResources, *, enforce_pods: bool
+    pods: Iterable[Pod],
+    node: NodeResources,
+    *,
+    enforce_pods: bool,
+    memory_reserve_percent: int | None = None,
 ) -> QosConfigs:
-    """The QoS cgroups' cpu weights: Burstable is the sum of its pods' cpu requests."""
+    """The QoS cgroups' cpu weights (Burstable: the sum of its pods' cpu requests) and, with
+    ``qosReserved`` memory, the Burstable and BestEffort memory limits."""
+    pods = list(pods)
     burstable_milli = sum(
         pod_cpu_request_milli(p) for p in pods if pod_qos_class(p) is QOSClass.BURSTABLE
     )
+    limits = None
+    if memory_reserve_percent is not None:
+        limits = qos_memory_limits(pods, node.allocatable().memory, memory_reserve_percent)
     return QosConfigs(
         kubepods=kubepods_config(node, enforce_pods=enforce_pods),
-        burstable=ResourceConfig(cpu_shares=milli_cpu_to_shares(burstable_milli)),
-        besteffort=ResourceConfig(cpu_shares=MIN_SHARES),
+        burstable=ResourceConfig(
+            cpu_shares=milli_cpu_to_shares(burstable_milli),
+            memory_max=limits[0] if limits else None,
+        ),
+        besteffort=ResourceConfig(cpu_shares=MIN_SHARES, memory_max=limits[1] if limits else None),
     )
+
+
+# --- system-reserved / kube-reserved ------------------------------------------------------
+
+# level -> (the kubelet's name in its error, in its success event)
+RESERVED_LEVELS: Final[Mapping[str, tuple[str, str]]] = {
+    "system-reserved": ("System Reserved", "system reserved"),
+    "kube-reserved": ("Kube Reserved", "kube reserved"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReservedCgroup:
+    """One ``enforceNodeAllocatable`` level beyond ``pods``: its cgroup as configured
+    (``/system.slice``) and the reservation to enforce on it."""
+
+    level: str
+    cgroup: str
+    reservation: Mapping[str, str]
+
+    @property
+    def title(self) -> str:
+        return RESERVED_LEVELS[self.level][0]
+
+    @property
+    def lower(self) -> str:
+        return RESERVED_LEVELS[self.level][1]
+
+    def failure(self, error: str) -> str:
+        """The kubelet's ``FailedNodeAllocatableEnforcement`` text (and its start error)."""
+        where = go_quote_string(self.cgroup)
+        return f"Failed to enforce {self.title} Cgroup Limits on {where}: {error}"
+
+    def success(self) -> str:
+        return f"Updated limits on {self.lower} cgroup {self.cgroup}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReservedLimits:
+    cpu_shares: int | None = None
+    memory_max: int | None = None
+    pids_max: int | None = None
+
+    @property
+    def cpu_weight(self) -> int | None:
+        return None if self.cpu_shares is None else shares_to_weight(self.cpu_shares)
+
+    def files(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if (weight := self.cpu_weight) is not None:
+            out["cpu.weight"] = str(weight)
+        if self.memory_max is not None:
+            out["memory.max"] = str(self.memory_max)
+        if self.pids_max is not None:
+            out["pids.max"] = str(self.pids_max)
+        return out
+
+    def controllers(self) -> list[str]:
+        """The cgroup v2 controllers these files need."""
+        files = self.files()
+        return [c for c in ("cpu", "memory", "pids") if any(f.startswith(c + ".") for f in files)]
+
+
+def reserved_limits(reservation: Mapping[str, str]) -> ReservedLimits:
+    """The kubelet's ``getCgroupConfig`` for a reservation: memory in bytes, cpu as shares
+    (``MilliCPUToShares``), pids; ephemeral-storage has no cgroup file."""
+    return ReservedLimits(
+        cpu_shares=milli_cpu_to_shares(milli_value(reservation["cpu"]))
+        if "cpu" in reservation
+        else None,
+        memory_max=value(reservation["memory"]) if "memory" in reservation else None,
+        pids_max=value(reservation["pid"]) if "pid" in reservation else None,
+    )
+
+
+def reserved_cgroup_name(cgroup: str, driver: str) -> list[str]:
+    """The kubelet's ``CgroupName(name)`` for a configured reserved cgroup: systemd parses the
+    last slice (``/system.slice`` -> ``[system]``, ``/kube-reserved.slice`` ->
+    ``[kube, reserved]``), cgroupfs splits the path."""
+    if driver == "systemd":
+        base = cgroup.rstrip("/").rsplit("/", 1)[-1].removesuffix(".slice")
+        return [p.replace("_", "-") for p in base.split("-")] if base else []
+    return [p for p in cgroup.split("/") if p]
+
+
+def go_quote_string(text: str) -> str:
+    """Go's ``%q`` of a string (enough for cgroup names: quotes and backslashes escaped)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def go_quote_name(parts: Iterable[str]) -> str:
+    """Go's ``%q`` of a ``CgroupName`` (a ``[]string``): ``["system"]``."""
+    return "[" + " ".join(go_quote_string(p) for p in parts) + "]"
 
 
 # --- swap --------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "KubeletPSI": True,
         "NodeDeclaredFeatures": True,
         "NodeSwap": True,
+        "PSINodeCondition": False,  # alpha (KEP-5394): PSI contention node conditions
+        "QOSReserved": False,  # alpha: qosReserved memory limits on the QoS cgroups
         "RotateKubeletServerCertificate": True,
         "SystemdWatchdog": True,
     }

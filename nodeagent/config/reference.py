@@ -75,14 +75,23 @@ _RULES = """\
   kubelet accepts the combination but then either refuses to start (swap on) or never gives
   pods swap (swap off); nodeagent reports it as a configuration error instead.
 - `kubelet.enforceNodeAllocatable` needs `cgroupsPerQOS: true` (or `[]`/`[none]`);
-  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup`, and
-  are refused for now: nodeagent enforces allocatable on `kubepods` only (`pods`).
+  `system-reserved` / `kube-reserved` need `systemReservedCgroup` / `kubeReservedCgroup` (the
+  kubelet's error text otherwise). At start that cgroup must exist with the controllers its
+  limits need, or the agent exits as the kubelet does ("Failed to enforce System Reserved
+  Cgroup Limits on ..."); the reservation's cpu (as `cpu.weight`), memory (`memory.max`) and
+  pid (`pids.max`) are written to it (systemd driver: the slice's unit properties too).
 - `kubelet.failSwapOn: true` (the kubelet's default) refuses to start when `/proc/swaps` lists
   any swap, with the kubelet's message. The packaged `/etc/nodeagent/config.yaml` sets
   `failSwapOn: false` (as kubeadm configs do on nodes that keep swap): a node with a swap file
   starts, and pods still get none (`NoSwap`: `memory.swap.max` 0 for every container).
-- `kubelet.qosReserved` (the kubelet's QoS memory reservations, behind the alpha
-  `QOSReserved` gate) is not implemented: the field is refused as unknown.
+- `kubelet.qosReserved` (memory only, a percentage `0%`-`100%`) requires the alpha feature gate
+  `QOSReserved` (the kubelet ignores it silently without the gate; nodeagent refuses). The
+  Burstable tier's `memory.max` is then allocatable less that share of the Guaranteed pods'
+  memory requests, BestEffort's that less the share of the Burstable pods' requests, updated
+  as pods come and go.
+- The PSI contention thresholds (`kubelet.systemMemoryContentionThreshold`, ...) are PSI
+  percent, 0-100; they act only with the alpha feature gate `PSINodeCondition` (KEP-5394, off
+  by default), which needs `KubeletPSI`.
 - `kubelet.tlsCertFile` and `tlsPrivateKeyFile` are set together or not at all.
 - `proxy.minSyncPeriod` must be <= `proxy.syncPeriod`.
 - A non-empty file must have `apiVersion: nodeagent.io/v1alpha1` and
@@ -231,6 +240,7 @@ def _type_name(t: inspect.Type) -> str:
         return "object"
     names = {
         inspect.IntType: "integer",
+        inspect.FloatType: "number",
         inspect.StrType: "string",
         inspect.BoolType: "boolean",
         inspect.NoneType: "null",

@@ -245,6 +245,13 @@ class KubeletConfiguration(Section, frozen=True):
     system_reserved_cgroup: Annotated[
         str, doc("Cgroup enforcing `systemReserved` when listed in `enforceNodeAllocatable`.")
     ] = ""
+    qos_reserved: Annotated[
+        dict[str, str],
+        doc(
+            "Alpha (gate QOSReserved): share of the higher QoS tiers' memory requests held "
+            "back from the lower ones, `{memory: 50%}` (memory only)."
+        ),
+    ] = field(name="qosReserved", default_factory=dict)
     enforce_node_allocatable: Annotated[
         tuple[str, ...],
         doc("Levels to enforce: `pods`, `system-reserved`, `kube-reserved`, or `none`."),
@@ -277,13 +284,35 @@ class KubeletConfiguration(Section, frozen=True):
         Duration,
         doc("How often cgroup stats (CPU, memory, IO, pids, PSI) are sampled (cAdvisor's 10s)."),
     ] = dur("10s")
-    psi_contention_conditions: Annotated[
-        bool,
+    system_memory_contention_threshold: Annotated[
+        float,
         doc(
-            "Beyond the kubelet (KEP-5394): PSI-driven contention node conditions. Not "
-            "implemented: true is refused."
+            "PSINodeCondition (KEP-5394): `SystemMemoryContentionPressure` turns True when "
+            "`/proc/pressure/memory` full avg60 and avg10 reach this (PSI percent, 0-100); "
+            "0 turns the condition off."
         ),
-    ] = field(name="psiContentionConditions", default=False)
+    ] = 0.9
+    system_disk_contention_threshold: Annotated[
+        float,
+        doc(
+            "PSINodeCondition: the same for `SystemDiskContentionPressure` over "
+            "`/proc/pressure/io`."
+        ),
+    ] = 0.9
+    kubepods_memory_contention_threshold: Annotated[
+        float,
+        doc(
+            "PSINodeCondition: the same for `KubepodsMemoryContentionPressure` over the "
+            "kubepods cgroup's `memory.pressure`."
+        ),
+    ] = 0.9
+    kubepods_disk_contention_threshold: Annotated[
+        float,
+        doc(
+            "PSINodeCondition: the same for `KubepodsDiskContentionPressure` over the kubepods "
+            "cgroup's `io.pressure`."
+        ),
+    ] = 0.9
     fail_swap_on: Annotated[bool, doc("Refuse to start when swap is on.")] = True
     single_process_oom_kill: Annotated[
         bool,

@@ -188,6 +188,19 @@ def parse_percentage(text: str) -> Fraction | None:
     return Fraction(m.group(1)) if m else None
 
 
+def parse_reserve_percentage(v: str) -> int:
+    """The kubelet's ``parsePercentage`` (``qosReserved`` values), with its errors."""
+    if not v.endswith("%"):
+        raise ValueError(f"percentage expected, got '{v}'")
+    try:
+        pct = int(v.rstrip("%"), 10)
+    except ValueError:
+        raise ValueError(f"invalid number in percentage '{v}'") from None
+    if pct < 0 or pct > 100:
+        raise ValueError("percentage must be between 0 and 100")
+    return pct
+
+
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 

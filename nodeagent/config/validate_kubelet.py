@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from nodeagent.config import features, syntax
 from nodeagent.config.problem import Findings, child, entry, item, one_of, show
 from nodeagent.config.schema_kubelet import KubeletConfiguration
-from nodeagent.config.units import QUANTITY_HELP, Duration, parse_percentage, parse_quantity
+from nodeagent.config.units import (
+    QUANTITY_HELP,
+    Duration,
+    parse_percentage,
+    parse_quantity,
+    parse_reserve_percentage,
+)
 
 P = "kubelet"
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
@@ -45,7 +51,7 @@ def validate_kubelet(k: KubeletConfiguration, out: Findings) -> None:
     _pods(k, out)
     _images(k, gates, out)
     _runtime(k, out)
-    _resources(k, out)
+    _resources(k, gates, out)
     _swap(k, gates, out)
     _shutdown(k, gates, out)
     for i, taint in enumerate(k.register_with_taints):
@@ -206,7 +212,7 @@ def _runtime(k: KubeletConfiguration, out: Findings) -> None:
     )
 
 
-def _resources(k: KubeletConfiguration, out: Findings) -> None:
+def _resources(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -> None:
     for name, reserved in (
         ("kubeReserved", k.kube_reserved),
         ("systemReserved", k.system_reserved),
@@ -262,13 +268,30 @@ def _resources(k: KubeletConfiguration, out: Findings) -> None:
             k.eviction_max_pod_grace_period,
         )
     out.positive(_p("housekeepingInterval"), k.housekeeping_interval)
-    if k.psi_contention_conditions:
-        out.add(
-            _p("psiContentionConditions"),
-            "true is not supported yet: nodeagent does not implement the KEP-5394 PSI "
-            "contention conditions; leave it false",
-            True,
-        )
+    thresholds: tuple[tuple[str, float], ...] = (
+        ("systemMemoryContentionThreshold", k.system_memory_contention_threshold),
+        ("systemDiskContentionThreshold", k.system_disk_contention_threshold),
+        ("kubepodsMemoryContentionThreshold", k.kubepods_memory_contention_threshold),
+        ("kubepodsDiskContentionThreshold", k.kubepods_disk_contention_threshold),
+    )
+    for field_name, pct_value in thresholds:
+        if not 0 <= pct_value <= 100:
+            out.add(
+                _p(field_name), f"{pct_value:g} must be between 0 and 100 (PSI percent)", pct_value
+            )
+    for resource, reserve in k.qos_reserved.items():
+        where = entry(_p("qosReserved"), resource)
+        if resource != "memory":
+            out.add(where, f"cannot reserve {show(resource)} resource (only memory)", resource)
+            continue
+        try:
+            parse_reserve_percentage(reserve)
+        except ValueError as e:
+            out.add(where, f"failed to parse percentage {show(reserve)}: {e}", reserve)
+    if k.qos_reserved and not gates.get("QOSReserved"):
+        out.add(_p("qosReserved"), "requires feature gate QOSReserved")
+    if gates.get("PSINodeCondition") and not gates.get("KubeletPSI"):
+        out.add(_p("featureGates"), "PSINodeCondition requires feature gate KubeletPSI")
     _enforcement(k, out)
 
 
@@ -282,17 +305,17 @@ def _enforcement(k: KubeletConfiguration, out: Findings) -> None:
             out.add(item(path, i), '"none" cannot be combined with other levels', level)
         elif level == "system-reserved" and not k.system_reserved_cgroup:
             out.add(
-                _p("systemReservedCgroup"), f'must be set when {path} contains "system-reserved"'
+                _p("systemReservedCgroup"),
+                "invalid configuration: systemReservedCgroup (--system-reserved-cgroup) must be "
+                'specified when "system-reserved" contained in enforceNodeAllocatable '
+                "(--enforce-node-allocatable)",
             )
         elif level == "kube-reserved" and not k.kube_reserved_cgroup:
-            out.add(_p("kubeReservedCgroup"), f'must be set when {path} contains "kube-reserved"')
-        if level in ("system-reserved", "kube-reserved"):
-            # The container manager enforces allocatable on kubepods only (issue 14).
             out.add(
-                item(path, i),
-                f'{show(level)} is not enforced by nodeagent yet (only "pods": allocatable '
-                "on the kubepods cgroup); remove it",
-                level,
+                _p("kubeReservedCgroup"),
+                "invalid configuration: kubeReservedCgroup (--kube-reserved-cgroup) must be "
+                'specified when "kube-reserved" contained in enforceNodeAllocatable '
+                "(--enforce-node-allocatable)",
             )
     if not k.cgroups_per_qos and levels and levels != ("none",):
         out.add(

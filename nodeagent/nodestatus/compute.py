@@ -11,6 +11,7 @@ import copy
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final
 
 from nodeagent import __version__
@@ -124,7 +125,23 @@ def compute_node(
         else:
             status.pop("images", None)
 
-    conditions: list[Obj] = [dict(c) for c in status.get("conditions") or []]
+    status["conditions"] = _conditions(
+        status.get("conditions") or [], facts, s, cap=cap, now=now, events=events
+    )
+    return Computed(node=node, events=events, problems=problems)
+
+
+def _conditions(
+    old: list[Obj],
+    facts: NodeFacts,
+    s: NodeSettings,
+    *,
+    cap: Mapping[str, Fraction],
+    now: str,
+    events: list[Event],
+) -> list[Obj]:
+    """The pressure and Ready conditions, then the PSI contention ones (when enabled)."""
+    conditions: list[Obj] = [dict(c) for c in old]
     by_type = {c.get("type"): i for i, c in enumerate(conditions)}
     pressures = {
         "MemoryPressure": facts.pressure.memory,
@@ -154,8 +171,17 @@ def compute_node(
             conditions.append(cond)
         if event:
             events.append(event)
-    status["conditions"] = conditions
-    return Computed(node=node, events=events, problems=problems)
+    for c in facts.pressure.contention:
+        existing = conditions[by_type[c.type]] if c.type in by_type else None
+        cond, event = setters.contention_condition(existing, c, now=now, node_name=s.node_name)
+        if c.type in by_type:
+            conditions[by_type[c.type]] = cond
+        else:
+            by_type[c.type] = len(conditions)
+            conditions.append(cond)
+        if event:
+            events.append(event)
+    return conditions
 
 
 def _merge_resources(old: Mapping[str, str] | None, ours: Mapping[str, str]) -> dict[str, str]:

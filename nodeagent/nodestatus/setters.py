@@ -40,10 +40,22 @@ def runtime_not_checked() -> RuntimeStatus:
 
 
 @dataclass(frozen=True)
+class Contention:
+    """A PSI contention condition (KEP-5394) as the contention monitor decided it."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Pressure:
     memory: bool = False
     disk: bool = False
     pid: bool = False
+    contention: tuple[Contention, ...] = ()
+    """The enabled PSI contention conditions (empty when ``PSINodeCondition`` is off)."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +327,27 @@ def pressure_condition(
         return cond, None
     cond.update(status=want, reason=reason, message=msg, lastTransitionTime=now)
     return cond, status_event(node_name, event)
+
+
+def contention_condition(
+    existing: Mapping[str, Any] | None, c: Contention, *, now: str, node_name: str
+) -> tuple[Obj, Event | None]:
+    """A PSI contention condition; a transition to True or False records the node status event
+    ``NodeHas<Type>`` / ``NodeHasNo<Type>`` as the pressure conditions do."""
+    cond: Obj = dict(existing) if existing else {"type": c.type, "status": "Unknown"}
+    cond["lastHeartbeatTime"] = now
+    if cond.get("status") == c.status and cond.get("reason") == c.reason:
+        return cond, None
+    transition = cond.get("status") != c.status
+    cond.update(status=c.status, reason=c.reason, message=c.message)
+    if not transition:
+        return cond, None
+    cond["lastTransitionTime"] = now
+    if c.status == "True":
+        return cond, status_event(node_name, f"NodeHas{c.type}")
+    if c.status == "False":
+        return cond, status_event(node_name, f"NodeHasNo{c.type}")
+    return cond, None
 
 
 def aggregate(errors: Sequence[str]) -> str:

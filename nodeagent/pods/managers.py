@@ -272,7 +272,9 @@ def pod_managers(
         allocatable_memory=allocatable_memory,
     )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
-    cm = container_manager(config, settings=settings, driver=connection.cgroup_driver)
+    cm = container_manager(
+        config, settings=settings, driver=connection.cgroup_driver, events=node_events
+    )
     workers_ref: list[PodWorkers] = []
     allocation = AllocationManager(
         path=Path(settings.root_dir) / ALLOCATION_STATE_FILE,

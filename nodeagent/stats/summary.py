@@ -479,6 +479,9 @@ def _add_cgroup_node(
             pods["cpu"] = cpu
         if (mem := cgroup_memory_json(tree.kubepods, time=time)) is not None:
             pods["memory"] = mem
+        kubepods_io = tree.kubepods.psi.get("io")
+        if (io := cgroup_io_json(tree.kubepods, kubepods_io, time=time)) is not None:
+            pods["io"] = io
         node["systemContainers"] = [pods]
 
 
