@@ -42,6 +42,7 @@ from harness.containerd import (
     unmount_and_remove,
 )
 from harness.controlplane import ControlPlane, new_run_dir, start_control_plane
+from harness.hoststate import HostState
 from harness.processes import Proc, start, wait_for
 from harness.versions import load_versions
 
@@ -148,7 +149,7 @@ class Bench:
         base = self.work / component
         root = base / "root"
         root.mkdir(parents=True)
-        host = comp.HostState.snapshot()
+        host = HostState.snapshot()
         argv = self.argv(
             component, name=name, kubeconfig=self.plane.node_kubeconfig(name), root=root
         )

@@ -46,6 +46,7 @@ from harness.build import Binaries, binaries
 from harness.cgroups import remove_cgroup_tree
 from harness.containerd import Containerd, ContainerdConfig, start_containerd, unmount_and_remove
 from harness.controlplane import ControlPlane, new_run_dir, start_control_plane
+from harness.hoststate import HostState
 from harness.images import BUSYBOX_IMAGE, build_images
 from harness.processes import Proc, StartupError, start, wait_for
 from harness.versions import load_versions
@@ -190,7 +191,7 @@ class PodBench:
         base = self.work / component
         root = base / "root"
         root.mkdir(parents=True)
-        host = comp.HostState.snapshot()
+        host = HostState.snapshot()
         with contextlib.ExitStack() as stack:  # undone in reverse: the component stops first
             stack.callback(self.forget, name=name, namespace=namespace)
             stack.callback(unmount_and_remove, base)
@@ -338,7 +339,7 @@ class PodBench:
         return time.monotonic() - started
 
     @staticmethod
-    def restore_host(host: comp.HostState, notes: list[str]) -> None:
+    def restore_host(host: HostState, notes: list[str]) -> None:
         notes += [f"changed on the host (restored): {c}" for c in host.changes()]
         host.restore()
 
