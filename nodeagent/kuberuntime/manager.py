@@ -289,21 +289,9 @@ class RuntimeManager:
         # The kubelet's step 5: ephemeral containers first, so that a debug container runs
         # even while an init container keeps failing.
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
-        for name in actions.ephemeral_containers_to_start:
-            await self._start_container(
-                pod,
-                ephemeral[name],
-                state=state,
-                sandbox_id=sandbox_id,
-                sandbox_config=sandbox_config,
-                inputs=inputs,
-                result=result,
-                volumes=volumes or NoVolumes(),
-            )
-        by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
-        for name in actions.init_containers_to_start:
-            container = by_name[name]
-            started = await self._start_container(
+
+        async def start(container: Container) -> bool:
+            return await self._start_container(
                 pod,
                 container,
                 state=state,
@@ -313,19 +301,17 @@ class RuntimeManager:
                 result=result,
                 volumes=volumes or NoVolumes(),
             )
+
+        for name in actions.ephemeral_containers_to_start:
+            await start(ephemeral[name])
+        by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
+        for name in actions.init_containers_to_start:
+            container = by_name[name]
+            started = await start(container)
             if not started and not is_sidecar(container):
                 return result  # a failed init container: nothing after it starts
         for name in actions.containers_to_start:
-            await self._start_container(
-                pod,
-                by_name[name],
-                state=state,
-                sandbox_id=sandbox_id,
-                sandbox_config=sandbox_config,
-                inputs=inputs,
-                result=result,
-                volumes=volumes or NoVolumes(),
-            )
+            await start(by_name[name])
         return result
 
     async def _create_sandbox(
