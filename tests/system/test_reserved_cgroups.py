@@ -169,6 +169,15 @@ def test_a_missing_reserved_cgroup_stops_the_agent_with_the_kubelets_error(
         timeout=90,
         what="the refusal in the journal",
     )
+    # systemd logs the exit only after the agent has logged its refusal and stopped its
+    # managers: wait for that line too rather than reading the journal at once.
+    wait_until(
+        vm,
+        f"journalctl -u nodeagent --no-pager -o cat --after-cursor='{cursor}'"
+        " | grep -qE \"Failed with result 'exit-code'|Main process exited\"",
+        timeout=90,
+        what="the agent's exit in the journal",
+    )
     entries = journal(vm, f"--after-cursor={cursor}")
     text = "\n".join(e.get("MESSAGE", "") + " " + e.get("ERR", "") for e in entries)
     assert expected in text, text[-3000:]
