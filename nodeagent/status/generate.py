@@ -14,7 +14,7 @@ from typing import Any, Final, Protocol
 from nodeagent.kuberuntime.actions import sandbox_changed
 from nodeagent.kuberuntime.runtime_state import PodRuntimeState
 from nodeagent.pods.qos import pod_qos_class
-from nodeagent.podspec import Pod
+from nodeagent.podspec import Container, Pod
 from nodeagent.status.conditions import (
     FAILED,
     KUBELET_CONDITIONS,
@@ -93,33 +93,25 @@ def generate_pod_status(
     ``ShouldEvict``): the phase is Failed with them, unless the API already shows a terminal
     phase."""
     api_status = pod.status
-    init_statuses = container_statuses(
-        pod,
-        runtime,
-        containers=pod.spec.init_containers,
-        previous=previous.get("initContainerStatuses") or [],
-        reasons=reasons,
-        runtime_name=runtime_name,
-        init=True,
-    )
-    statuses = container_statuses(
-        pod,
-        runtime,
-        containers=pod.spec.containers,
-        previous=previous.get("containerStatuses") or [],
-        reasons=reasons,
-        runtime_name=runtime_name,
-        init=False,
-    )
-    ephemeral_statuses = container_statuses(
-        pod,
-        runtime,
-        containers=pod.spec.ephemeral_containers,
-        previous=previous.get("ephemeralContainerStatuses") or [],
-        reasons=reasons,
-        runtime_name=runtime_name,
-        init=False,
-        ephemeral=True,
+
+    def statuses_of(
+        containers: Sequence[Container], key: str, *, init: bool = False, ephemeral: bool = False
+    ) -> list[Status]:
+        return container_statuses(
+            pod,
+            runtime,
+            containers=containers,
+            previous=previous.get(key) or [],
+            reasons=reasons,
+            runtime_name=runtime_name,
+            init=init,
+            ephemeral=ephemeral,
+        )
+
+    init_statuses = statuses_of(pod.spec.init_containers, "initContainerStatuses", init=True)
+    statuses = statuses_of(pod.spec.containers, "containerStatuses")
+    ephemeral_statuses = statuses_of(
+        pod.spec.ephemeral_containers, "ephemeralContainerStatuses", ephemeral=True
     )
     if probes is not None:
         probes.apply(pod, statuses)

@@ -24,7 +24,6 @@ from nodeagent.status.conditions import KUBELET_CONDITIONS
 
 Status = dict[str, Any]
 OWNED_CONDITIONS: Final = frozenset({*KUBELET_CONDITIONS, "DisruptionTarget"})
-TRANSIENT_CONDITIONS: Final = frozenset({"PodResizePending", "PodResizeInProgress"})
 RETRY_INITIAL: Final = 0.5
 RETRY_MAX: Final = 10.0
 
@@ -100,9 +99,10 @@ def status_patch(status: Status) -> Status:
     if "conditions" in patch:
         conditions = [c for c in patch["conditions"] if c.get("type") in OWNED_CONDITIONS]
         present = {c.get("type") for c in conditions}
-        # the resize conditions come and go: one the agent no longer reports is deleted (a
-        # merge by type alone would leave it in the API for ever)
-        gone = [{"type": t, "$patch": "delete"} for t in TRANSIENT_CONDITIONS - present]
+        # a kubelet condition the agent no longer reports (the resize ones come and go) is
+        # deleted: a merge by type alone would leave it in the API for ever. DisruptionTarget
+        # is not: others (the eviction API, preemption) set it too.
+        gone = [{"type": t, "$patch": "delete"} for t in set(KUBELET_CONDITIONS) - present]
         patch["conditions"] = [*conditions, *sorted(gone, key=lambda c: c["type"])]
     for key in ("podIPs", "hostIPs"):
         if key in patch:

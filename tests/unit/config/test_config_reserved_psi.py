@@ -79,7 +79,7 @@ def test_the_monitor_exists_only_with_the_gate_and_reads_the_sampler(
     def build(text: str) -> ContentionMonitor | None:
         return contention_monitor(
             load(text), sampler=sampler, events=DiscardEvents(), on_change=lambda: None
-        )  # type: ignore[arg-type]
+        )
 
     assert build("kubelet: {}\n") is None
     monitor = build("kubelet:\n  featureGates: {PSINodeCondition: true}\n")
