@@ -13,8 +13,8 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 |                                       | ENTRYPOINT /agnhost, CMD pause (as its Dockerfile);     |
 |                                       | ``nc``: tests/conformance/nc (busybox's lacks -v/-t/-u) |
 |                                       | ``curl``, ``dig``, ``getent``, ``wget``: the            |
-|                                       | ``*-standin.sh`` scripts                                |
-|                                       | scripts over busybox wget / nslookup                    |
+|                                       | ``*-standin.sh`` scripts over busybox wget / nslookup;  |
+|                                       | ``/bin/sh``: Debian's dynamic busybox (see `path_sh`)   |
 | ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
 | ``:2.0.0``                            | (``+tcp`` queries go over UDP: busybox has no DNS TCP)  |
 | ``e2e-test-images/busybox:1.37.0-1``  | the harness's busybox (Debian's static busybox 1.35),   |
@@ -36,7 +36,9 @@ regression-issue-74839.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from harness import registry as reg
 from harness.images import build as image_build
 from harness.images import oci
 from harness.images.recipes import PATH_ENV, _busybox_entries
+from harness.versions import cache_dir
 
 AGNHOST_PASSWD = b"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"
 AGNHOST_GROUP = (
@@ -120,6 +123,7 @@ def agnhost_entries(
         oci.Entry(path="agnhost-2", kind="symlink", target="agnhost"),
         oci.Entry(path="usr/bin/nc", kind="file", mode=0o755, data=nc.read_bytes()),
         *standins(),
+        *path_sh(),
         oci.Entry(path="uploads", kind="dir", mode=0o755),
         oci.Entry(
             path="localhost.crt",
@@ -136,6 +140,48 @@ def agnhost_entries(
         *extra,
     ]
     return overlay(entries, top)
+
+
+# The dynamic busybox's shared libraries, as the image's loader looks for them.
+SH_LIBS = {
+    "lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2",
+    "lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
+    "lib/x86_64-linux-gnu/libresolv.so.2": "/lib/x86_64-linux-gnu/libresolv.so.2",
+}
+
+
+def dynamic_busybox() -> Path:
+    """Debian's dynamically linked busybox (package ``busybox``; it conflicts with the
+    ``busybox-static`` the harness uses, so it is downloaded and unpacked, not installed),
+    cached under ``~/.cache/nodeagent/conformance/busybox-dynamic``."""
+    root = cache_dir() / "conformance" / "busybox-dynamic"
+    binary = root / "bin" / "busybox"
+    if binary.exists():
+        return binary
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["apt-get", "download", "-q", "busybox"], cwd=tmp, check=True)
+        (deb,) = Path(tmp).glob("busybox_*.deb")
+        unpacked = Path(tmp) / "x"
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        staged = root / "busybox.tmp"
+        shutil.copyfile(unpacked / "bin" / "busybox", staged)
+        os.replace(staged, binary)
+    return binary
+
+
+def path_sh() -> list[oci.Entry]:
+    """``/bin/sh`` that finds commands on ``PATH``: Debian's static busybox is built as a
+    "standalone shell" (applets before ``PATH``), so ``sh -c 'nc -v …'`` ran busybox's own nc
+    and ``wget -T`` its crashing wget, whatever ``/usr/bin`` held; the dynamic build searches
+    ``PATH`` and so reaches tests/conformance/nc and the stand-ins. The other applets stay the
+    static busybox's."""
+    entries = [
+        oci.Entry(path="bin/sh", kind="file", mode=0o755, data=dynamic_busybox().read_bytes())
+    ]
+    for path, host in SH_LIBS.items():
+        entries.append(oci.Entry(path=path, kind="file", mode=0o755, data=Path(host).read_bytes()))
+    return entries
 
 
 def standins() -> list[oci.Entry]:
