@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import http.client
 import json
 import shutil
 import signal
@@ -75,6 +76,7 @@ class Result:
     idle: Usage = field(default_factory=Usage)
     following: Usage = field(default_factory=Usage)
     log_latency_s: list[float] = field(default_factory=list)
+    direct_latency_s: list[float] = field(default_factory=list)
     lines_in_order: bool = True
     kubectl_exec_s: list[float] = field(default_factory=list)
     raw_exec_s: list[float] = field(default_factory=list)
@@ -194,10 +196,23 @@ class ApiBench(ps.PodBench):
             ps.sleep_watching(args.idle, proc)
         result.idle = usage(idle.samples)
 
-        with Sampler(proc.pid) as following, self.follower(ns, timed=False):
+        port = self.plane.kubectl(
+            "get",
+            "node",
+            node.name,
+            "-o",
+            "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+        ).stdout.strip()
+        direct: list[tuple[float, str]] = []
+        with (
+            Sampler(proc.pid) as following,
+            self.follower(ns, timed=False),
+            self.direct_follower(ns, int(port), direct, args.lines + 1),
+        ):
             lines = self.follow(ns, args.lines + 1)[1:]  # the first is --tail=1's old line
         result.following = usage(following.samples)
         result.log_latency_s, result.lines_in_order = latencies(lines)
+        result.direct_latency_s, _ = latencies(direct[1:])
 
         say(f"{proc.name}: {args.execs} kubectl exec, {args.execs} raw /exec")
         for _ in range(args.execs):
@@ -228,6 +243,41 @@ class ApiBench(ps.PodBench):
         finally:
             proc.terminate()
             proc.communicate(timeout=10)
+
+    @contextlib.contextmanager
+    def direct_follower(
+        self, namespace: str, port: int, got: list[tuple[float, str]], count: int
+    ) -> Iterator[None]:
+        """A third follower straight to the node's ``/containerLogs`` (no apiserver, no
+        kubectl), with the admin client certificate, in a thread: ``count`` lines into ``got``.
+        Its latency is the node's own part of the ``kubectl logs -f`` figure."""
+        admin = self.plane.pki.admin
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the node's serving certificate is not the point
+        context.load_cert_chain(str(admin.cert), str(admin.key))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=60)
+        conn.request(
+            "GET",
+            f"/containerLogs/{namespace}/{TICKER_POD}/{TICKER}"
+            "?follow=true&timestamps=true&tailLines=1",
+        )
+        response = conn.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"direct follow: HTTP {response.status} {response.read()[:200]!r}")
+
+        def read() -> None:
+            with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
+                while len(got) < count and (raw := response.readline()):
+                    got.append((time.time(), raw.decode().rstrip("\n")))
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join(timeout=30)
+            conn.close()
 
     def follow(self, namespace: str, count: int) -> list[tuple[float, str]]:
         """``count`` lines of a timed follower: (arrival, the line as kubectl printed it)."""
@@ -270,8 +320,8 @@ class ApiBench(ps.PodBench):
         return times, failures
 
 
-def _ms(values: list[float], p: float) -> str:
-    return "-" if not values else f"{1000 * pod_api.percentile(sorted(values), p):.0f}"
+def _ms(values: list[float], p: float, digits: int = 0) -> str:
+    return "-" if not values else f"{1000 * pod_api.percentile(sorted(values), p):.{digits}f}"
 
 
 def _mib(kib: int) -> str:
@@ -279,11 +329,13 @@ def _mib(kib: int) -> str:
 
 
 def rows(r: Result, args: argparse.Namespace) -> list[tuple[str, str]]:
-    lat, kx, rx = r.log_latency_s, r.kubectl_exec_s, r.raw_exec_s
+    lat, kx, rx, d = r.log_latency_s, r.kubectl_exec_s, r.raw_exec_s, r.direct_latency_s
     f, i = r.following, r.idle
     return [
         (f"**`kubectl logs -f`** line latency p50 / p99 / max (ms), {len(lat)} lines",
-         f"{_ms(lat, 50)} / {_ms(lat, 99)} / {_ms(lat, 100)}"),
+         f"{_ms(lat, 50, 1)} / {_ms(lat, 99, 1)} / {_ms(lat, 100, 1)}"),
+        (f"  straight from the node (no apiserver, no kubectl), {len(d)} lines",
+         f"{_ms(d, 50, 1)} / {_ms(d, 99, 1)} / {_ms(d, 100, 1)}"),
         ("  lines in order, none lost", "yes" if r.lines_in_order else "**no**"),
         (f"**`kubectl exec -- true`** p50 / p99 (ms), {len(kx)} runs",
          f"{_ms(kx, 50)} / {_ms(kx, 99)}"),
