@@ -316,7 +316,8 @@ Images (tests/conformance/images.py, pushed to `make up`'s registry, named throu
 `KUBE_TEST_REPO_LIST`): agnhost is the module's agnhost binary on the static busybox, with `nc`
 built here (tests/conformance/nc) and `curl`, `dig`, `getent`, `wget` as shell stand-ins over
 busybox wget/nslookup (`dig +tcp` goes over UDP; `wget -T` becomes `timeout`: the static busybox
-1.35 crashes on -T, added after the runs below, whose `wget -T` checks failed on both nodes);
+1.35 crashes on -T), and Debian's dynamic busybox as its `/bin/sh` (the static one is a
+"standalone shell" that runs its own `nc` and `wget` applets before `PATH`);
 nginx is busybox `httpd` on :80 under nginx's name; kitten/nautilus are agnhost with their html
 files; glibc-dns-testing is busybox with the `dig` and `getent` stand-ins; nonroot is busybox
 with USER 1234; pause is the harness's. Any other image fails its pull (ErrImagePull: "image not
