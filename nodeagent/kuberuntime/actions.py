@@ -151,7 +151,9 @@ def _running_sidecar(
         return False
     if started is False:
         message = f"Init container {container.name} failed startup probe"
-        plan.to_kill.append(KillContainer(record.id, record.name, message))
+        probe = container.startup_probe
+        grace = probe.termination_grace_period_seconds if probe is not None else None
+        plan.to_kill.append(KillContainer(record.id, record.name, message, grace))
         plan.to_start.append(index)
         return False
     if not last and not previously:

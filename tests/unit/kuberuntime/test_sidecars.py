@@ -169,6 +169,23 @@ def test_a_sidecar_with_a_startup_probe_holds_the_next_init_until_started() -> N
     assert failed.containers_to_kill[0].message == "Init container proxy failed startup probe"
 
 
+def test_a_sidecar_failing_its_startup_probe_is_killed_with_the_probe_grace() -> None:
+    # e2e "restartable init container should override timeoutGracePeriodSeconds when
+    # StartupProbe field is set": the pod's long grace period would hold the restart back
+    probe = {"exec": {"command": ["started"]}, "terminationGracePeriodSeconds": 5}
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always", startupProbe=probe)],
+        containers=[container("app")],
+        grace=500,
+    )
+    proxy = ctr("proxy", RUNNING)
+    actions = compute_pod_actions(p, runtime(proxy), startup={proxy.id: False})
+    assert actions.containers_to_kill == (
+        KillContainer(proxy.id, "proxy", "Init container proxy failed startup probe", 5),
+    )
+    assert actions.init_containers_to_start == ("proxy",)
+
+
 def test_a_sidecar_failing_liveness_is_restarted_with_the_probe_grace_the_app_kept() -> None:
     probe = {"exec": {"command": ["alive"]}, "terminationGracePeriodSeconds": 3}
     p = pod(
