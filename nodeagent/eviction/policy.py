@@ -219,7 +219,9 @@ def is_critical(pod: Pod) -> bool:
 def rank(pods: Sequence[Pod], usage: Mapping[str, PodUsage], resource: str) -> list[Pod]:
     """Pods in eviction order for ``resource`` (``rankMemoryPressure``, ``rankDiskPressure``,
     ``rankPIDPressure``): those using more than they request first (not for pids), then lower
-    priority, then the larger usage above request. A pod without stats ranks first."""
+    priority, then the larger usage above request. A pod without stats ranks first. ``pods``
+    carry their allocated resources (the kubelet's ``getAllocatedPods``): a resize the node
+    has not accepted does not change what a pod is ranked by."""
 
     def used(pod: Pod) -> int | None:
         u = usage.get(pod.uid)
@@ -263,7 +265,8 @@ def eviction_message(
     thresholds: Sequence[Threshold],
     observations: Observations,
 ) -> str:
-    """``evictionMessage``: the node's shortage, then each container above its request."""
+    """``evictionMessage``: the node's shortage, then each container above its request (the
+    allocated request: ``pod`` as the allocation manager has it)."""
     message = f"The node was low on resource: {resource}. "
     for t in thresholds:
         if t.resource != resource:
