@@ -177,6 +177,31 @@ async def test_a_resize_the_node_did_not_accept_ranks_and_reads_with_the_allocat
     )
 
 
+def test_the_request_ranked_by_counts_sidecars_init_containers_and_overhead() -> None:
+    """As the kubelet's ``GetResourceRequestQuantity``: a sidecar's request adds to the
+    containers', a plain init container's is a floor, the overhead adds when non-zero."""
+    meshed = pod(
+        "meshed",
+        uid="m",
+        init_containers=[container("proxy", restartPolicy="Always", requests={"memory": "200Mi"})],
+        containers=[container("app", requests={"memory": "100Mi"})],
+    )
+    setup = pod(
+        "setup",
+        uid="s",
+        init_containers=[container("setup", requests={"memory": "300Mi"})],
+        containers=[container("app", requests={"memory": "100Mi"})],
+        overhead={"memory": "50Mi"},
+    )
+    plain = pod("plain", uid="p", containers=[container("app", requests={"memory": "100Mi"})])
+    usage = policy.pod_usage(
+        summary(pods=[pod_stats("m", 280 * Mi), pod_stats("s", 320 * Mi), pod_stats("p", 120 * Mi)])
+    )
+    # only plain uses more than it requests (meshed: 300Mi, setup: 350Mi)
+    ranked = policy.rank([meshed, setup, plain], usage, "memory")
+    assert [p.name for p in ranked] == ["plain", "meshed", "setup"]
+
+
 def test_eviction_message_for_a_percentage_threshold() -> None:
     [t] = parse_thresholds(hard={"nodefs.available": "10%"})
     obs = {NODEFS_AVAILABLE: policy.Observation(5 * 2**30, 100 * 2**30)}
