@@ -20,6 +20,7 @@ from podnode import remove_cgroup_tree, until
 from test_pods import _get, cluster_node, remove_namespace_pods
 
 from nodeagent.kuberuntime import CriClient
+from nodeagent.pods.managers import PodManagers
 from nodeagent.quantity import milli_value
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ async def test_resize_raises_container_limits_and_defers_without_room(
     kubectl = control_plane.kubectl
     kubectl("create", "namespace", namespace)
     try:
-        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True):
+        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True) as pods:
             body = resize_pod("web", node)
             kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
 
@@ -157,7 +158,7 @@ async def test_resize_raises_container_limits_and_defers_without_room(
 
             await until("the ResizeStarted and ResizeCompleted Events", resize_events, within=30)
 
-            await deferred_until_room(control_plane, namespace, node, cgroup)
+            await deferred_until_room(control_plane, pods, namespace, node, cgroup)
     finally:
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         kubectl("delete", "node", node, "--ignore-not-found", check=False)
@@ -166,9 +167,13 @@ async def test_resize_raises_container_limits_and_defers_without_room(
         assert remove_cgroup_tree(node) == []
 
 
-async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgroup: str) -> None:
+async def deferred_until_room(
+    control_plane: Any, pods: PodManagers, namespace: str, node: str, cgroup: str
+) -> None:
     """A resize that fits the node but not beside another pod's requests: PodResizePending
-    Deferred with the kubelet's message, nothing applied; once that pod is gone it is applied.
+    Deferred with the kubelet's message, nothing applied, and what eviction ranks the pod by
+    (``PodManagers.allocated_pods``) still its allocated request; once that pod is gone it is
+    applied.
     (A request beyond the node's allocatable never reaches the node: the 1.36 apiserver refuses
     the resize itself.)"""
     kubectl = control_plane.kubectl
@@ -207,6 +212,10 @@ async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgr
     app = _get(control_plane, "pod", "web", "-n", namespace)["status"]["containerStatuses"][0]
     assert app["allocatedResources"]["cpu"] == "100m"
     assert app["resources"]["limits"]["cpu"] == "400m"
+    ranked = next(p for p in pods.allocated_pods() if p.name == "web")
+    assert ranked.spec.containers[0].resources.requests["cpu"] == "100m"
+    desired = next(p for p in pods.active_pods() if p.name == "web")
+    assert desired.spec.containers[0].resources.requests["cpu"] == "1"
 
     kubectl("delete", "pod", "hog", "-n", namespace, "--wait=false")
     await until(
