@@ -373,7 +373,8 @@ def eviction_manager(
         transition_period=k.eviction_pressure_transition_period.seconds,
         max_pod_grace_period=k.eviction_max_pod_grace_period,
         summary=stats.summary,
-        active_pods=pods.active_pods,
+        # the kubelet's getAllocatedPods: ranked and described with their allocations
+        active_pods=pods.allocated_pods,
         terminator=pods,
         clock=clock,
         pod_cleaned_up=pods.cleaned_up,

@@ -6,6 +6,10 @@ the node conditions for the transition period, and once a threshold's grace peri
 records ``EvictionThresholdMet`` on the node, runs the node-level reclaim for its signal (dead
 containers and unused images for disk), and if the thresholds still hold evicts at most one
 pod, ranked as the kubelet ranks them, then waits (up to 30 s) for that pod to be cleaned up.
+``active_pods`` gives the pods with their allocated resources (the kubelet's
+``getAllocatedPods``), so a resize the node has not accepted (``PodResizePending``) changes
+neither the ranking nor the message; an accepted one counts from its acceptance, as the
+kubelet's allocation checkpoint does, before the containers are resized.
 
 A memory threshold notifier (:meth:`EvictionManager.run_notifier`) polls the node's available
 memory every ``notifier_interval`` (one read of ``/proc/meminfo``, about 20 µs) and starts a

@@ -25,6 +25,7 @@ from nodeagent.eviction.thresholds import (
     PID_AVAILABLE,
     Threshold,
 )
+from nodeagent.pods.admission import pod_requests
 from nodeagent.pods.qos import QOSClass, pod_qos_class
 from nodeagent.podspec import Pod
 from nodeagent.quantity import value as quantity_value
@@ -199,12 +200,13 @@ def pod_usage(summary: Json) -> dict[str, PodUsage]:
 
 
 def _request(pod: Pod, resource: str) -> int:
-    total = 0
-    for c in pod.spec.containers:
-        raw = c.resources.requests.get(resource)
-        if raw is not None:
-            total += quantity_value(raw)
-    return total
+    """The kubelet's ``GetResourceRequestQuantity``: the pod's requests as the scheduler
+    counts them (containers and sidecars summed, at least each init container's need),
+    plus the overhead when that is not zero."""
+    total = pod_requests(pod)[resource]
+    raw = pod.spec.overhead.get(resource)
+    overhead = quantity_value(raw) if raw is not None else 0
+    return total if total - overhead else 0
 
 
 def priority(pod: Pod) -> int:
@@ -219,7 +221,9 @@ def is_critical(pod: Pod) -> bool:
 def rank(pods: Sequence[Pod], usage: Mapping[str, PodUsage], resource: str) -> list[Pod]:
     """Pods in eviction order for ``resource`` (``rankMemoryPressure``, ``rankDiskPressure``,
     ``rankPIDPressure``): those using more than they request first (not for pids), then lower
-    priority, then the larger usage above request. A pod without stats ranks first."""
+    priority, then the larger usage above request. A pod without stats ranks first. ``pods``
+    carry their allocated resources (the kubelet's ``getAllocatedPods``): a resize the node
+    has not accepted does not change what a pod is ranked by."""
 
     def used(pod: Pod) -> int | None:
         u = usage.get(pod.uid)
@@ -263,7 +267,8 @@ def eviction_message(
     thresholds: Sequence[Threshold],
     observations: Observations,
 ) -> str:
-    """``evictionMessage``: the node's shortage, then each container above its request."""
+    """``evictionMessage``: the node's shortage, then each container above its request (the
+    allocated request: ``pod`` as the allocation manager has it)."""
     message = f"The node was low on resource: {resource}. "
     for t in thresholds:
         if t.resource != resource:

@@ -142,10 +142,14 @@ def _running_sidecar(
     previously: bool,
     startup: StartupResults | None,
     failed: str | None = None,
+    resized: str | None = None,
 ) -> bool:
     """Plan for a running sidecar; True when it completes the initialization (the last init
     container, started). ``failed``: ``liveness`` when the prober condemned it (restarted
-    without holding back the next init container, as the kubelet does)."""
+    without holding back the next init container, as the kubelet does); ``resized``: the
+    Killing message when an in-place resize restarts it (``resizePolicy: RestartContainer``;
+    the kubelet's ``computePodResizeAction`` for a restartable init container, looked at
+    after its definition and its liveness)."""
     started = _sidecar_started(container, record, startup)
     if started is None:
         return False
@@ -168,6 +172,9 @@ def _running_sidecar(
         grace = probe.termination_grace_period_seconds if probe is not None else None
         plan.to_kill.append(KillContainer(record.id, record.name, message, grace))
         plan.to_start.append(index)
+    elif resized is not None:
+        plan.to_kill.append(KillContainer(record.id, record.name, resized))
+        plan.to_start.append(index)
     return last
 
 
@@ -176,11 +183,13 @@ def compute_init_container_actions(
     state: PodRuntimeState,
     startup: StartupResults | None = None,
     failed_probes: Mapping[str, str] | None = None,
+    resize_restarts: Mapping[str, str] | None = None,
 ) -> _InitPlan:
     """The kubelet's ``computeInitContainerActions``: init containers run one after the
     other; a sidecar lets the next one start once it is started and is kept running (and
-    restarted whatever the pod's restartPolicy); a failed plain init container is retried,
-    or ends the pod under ``restartPolicy: Never``."""
+    restarted whatever the pod's restartPolicy, or when an in-place resize says so:
+    ``resize_restarts``); a failed plain init container is retried, or ends the pod under
+    ``restartPolicy: Never``."""
     plan = _InitPlan(to_start=[], to_kill=[])
     inits = pod.spec.init_containers
     if not inits:
@@ -216,6 +225,7 @@ def compute_init_container_actions(
                 previously=previously,
                 startup=startup,
                 failed=(failed_probes or {}).get(record.id),
+                resized=(resize_restarts or {}).get(container.name),
             ):
                 initialized = True
         elif record.state is ContainerState.EXITED:
@@ -270,8 +280,8 @@ def compute_pod_actions(
     """``failed_probes``: container ID -> ``liveness``/``startup`` from the prober;
     ``startup``: the startup probes' results by container id (sidecars with a startup probe
     let the next init container start once theirs succeeded); ``resize_restarts``: running
-    containers (by name) an in-place resize restarts (``resizePolicy: RestartContainer``),
-    with the Killing message."""
+    containers and sidecars (by name) an in-place resize restarts (``resizePolicy:
+    RestartContainer``), with the Killing message."""
     if pod.deleted:
         newest = state.sandboxes[0].id if state.sandboxes else ""
         return PodActions(kill_pod=True, sandbox_id=newest)
@@ -280,7 +290,7 @@ def compute_pod_actions(
         return _new_sandbox_actions(pod, state, attempt, sandbox_id)
 
     ephemeral = ephemeral_containers_to_start(pod, state)
-    init = compute_init_container_actions(pod, state, startup, failed_probes)
+    init = compute_init_container_actions(pod, state, startup, failed_probes, resize_restarts)
     inits = pod.spec.init_containers
     init_to_start = tuple(dict.fromkeys(inits[i].name for i in init.to_start))
     if init.kill_pod:

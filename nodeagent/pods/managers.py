@@ -122,6 +122,7 @@ class PodManagers:
     podsync: PodSync
     services_cache: WatchCache | None = None
     cm: ContainerManager | None = None
+    allocation: AllocationManager | None = None
 
     async def evict(self, pod: Pod, eviction: Eviction) -> None:
         """The eviction manager's terminator (see :func:`evict_pod`)."""
@@ -139,6 +140,13 @@ class PodManagers:
     def active_pods(self) -> list[Pod]:
         """Pods that run or may run (admitted, not terminating)."""
         return self.workers.active_pods()
+
+    def allocated_pods(self) -> list[Pod]:
+        """The active pods with the resources the node allocated them (the kubelet's
+        ``getAllocatedPods``): a resize not yet accepted (``PodResizePending``) does not
+        change what they request. What eviction ranks and describes."""
+        pods = self.workers.active_pods()
+        return self.allocation.allocated_pods(pods) if self.allocation is not None else pods
 
     async def kill_pod(
         self, pod: Pod, grace: int, mutate: Callable[[dict[str, Any]], dict[str, Any]]
@@ -373,4 +381,5 @@ def pod_managers(
         podsync=podsync,
         services_cache=services_cache,
         cm=cm,
+        allocation=allocation,
     )

@@ -469,14 +469,6 @@ class PodSync:
             await alloc.set_actuated(pod.uid, unknown)
             actuated.update(unknown)
         restarts = resize_restarts(pod, actuated, list(running))
-        sidecars = {c.name for c in pod.spec.init_containers}
-        for name in [n for n in restarts if n in sidecars]:
-            alloc.resize_failed(
-                pod,
-                f"resizePolicy RestartContainer of sidecar container {name}: nodeagent cannot "
-                "restart a sidecar for a resize yet",
-            )
-            return {}, False
         updates = [
             c
             for c in resizable_containers(pod)

@@ -20,6 +20,7 @@ from podnode import remove_cgroup_tree, until
 from test_pods import _get, cluster_node, remove_namespace_pods
 
 from nodeagent.kuberuntime import CriClient
+from nodeagent.pods.managers import PodManagers
 from nodeagent.quantity import milli_value
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ async def test_resize_raises_container_limits_and_defers_without_room(
     kubectl = control_plane.kubectl
     kubectl("create", "namespace", namespace)
     try:
-        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True):
+        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True) as pods:
             body = resize_pod("web", node)
             kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
 
@@ -157,7 +158,7 @@ async def test_resize_raises_container_limits_and_defers_without_room(
 
             await until("the ResizeStarted and ResizeCompleted Events", resize_events, within=30)
 
-            await deferred_until_room(control_plane, namespace, node, cgroup)
+            await deferred_until_room(control_plane, pods, namespace, node, cgroup)
     finally:
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         kubectl("delete", "node", node, "--ignore-not-found", check=False)
@@ -166,9 +167,13 @@ async def test_resize_raises_container_limits_and_defers_without_room(
         assert remove_cgroup_tree(node) == []
 
 
-async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgroup: str) -> None:
+async def deferred_until_room(
+    control_plane: Any, pods: PodManagers, namespace: str, node: str, cgroup: str
+) -> None:
     """A resize that fits the node but not beside another pod's requests: PodResizePending
-    Deferred with the kubelet's message, nothing applied; once that pod is gone it is applied.
+    Deferred with the kubelet's message, nothing applied, and what eviction ranks the pod by
+    (``PodManagers.allocated_pods``) still its allocated request; once that pod is gone it is
+    applied.
     (A request beyond the node's allocatable never reaches the node: the 1.36 apiserver refuses
     the resize itself.)"""
     kubectl = control_plane.kubectl
@@ -207,6 +212,10 @@ async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgr
     app = _get(control_plane, "pod", "web", "-n", namespace)["status"]["containerStatuses"][0]
     assert app["allocatedResources"]["cpu"] == "100m"
     assert app["resources"]["limits"]["cpu"] == "400m"
+    ranked = next(p for p in pods.allocated_pods() if p.name == "web")
+    assert ranked.spec.containers[0].resources.requests["cpu"] == "100m"
+    desired = next(p for p in pods.active_pods() if p.name == "web")
+    assert desired.spec.containers[0].resources.requests["cpu"] == "1"
 
     kubectl("delete", "pod", "hog", "-n", namespace, "--wait=false")
     await until(
@@ -216,3 +225,121 @@ async def deferred_until_room(control_plane: Any, namespace: str, node: str, cgr
         every=1,
         explain=lambda: _get(control_plane, "pod", "web", "-n", namespace),
     )
+
+
+def meshed_pod(name: str, node: str) -> dict[str, Any]:
+    """``resize_pod`` with a sidecar ``proxy`` whose memory resize restarts it."""
+    body = resize_pod(name, node)
+    body["spec"]["initContainers"] = [
+        {
+            "name": "proxy",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "3600"],
+            "restartPolicy": "Always",
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "16Mi"},
+                "limits": {"cpu": "100m", "memory": "32Mi"},
+            },
+            "resizePolicy": [
+                {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+            ],
+        }
+    ]
+    return body
+
+
+def _statuses(pod: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the sidecar's status, the app's status)."""
+    status = (pod or {}).get("status") or {}
+    sidecar = (status.get("initContainerStatuses") or [{}])[0]
+    app = (status.get("containerStatuses") or [{}])[0]
+    return sidecar, app
+
+
+async def test_resize_restarts_a_sidecar_with_restart_container_and_keeps_the_app(
+    control_plane: Any, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    suffix = secrets.token_hex(3)
+    node, namespace = f"it-resize-sc-{suffix}", f"it-resize-sc-{suffix}"
+    kubectl = control_plane.kubectl
+    kubectl("create", "namespace", namespace)
+    try:
+        async with cluster_node(control_plane, containerd, tmp_path, node, pod_events=True):
+            kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(meshed_pod("web", node)))
+            await restart_sidecar(control_plane, containerd, namespace)
+    finally:
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        kubectl("delete", "node", node, "--ignore-not-found", check=False)
+        kubectl("delete", "lease", node, "-n", "kube-node-lease", "--ignore-not-found", check=False)
+        await remove_namespace_pods(containerd.endpoint, namespace)
+        assert remove_cgroup_tree(node) == []
+
+
+async def restart_sidecar(control_plane: Any, containerd: RuntimeEnv, namespace: str) -> None:
+    """The sidecar's memory limit resized under ``RestartContainer``: a new sidecar container
+    with the new limit in its cgroup, restartCount 1, the status' ``resources``, the app
+    container untouched, ``PodResizeInProgress`` cleared, the Killing Event's message."""
+    kubectl = control_plane.kubectl
+
+    def get() -> Any:
+        return _get(control_plane, "pod", "web", "-n", namespace)
+
+    def running() -> dict[str, Any] | None:
+        pod = get()
+        sidecar, app = _statuses(pod)
+        both = "running" in sidecar.get("state", {}) and "running" in app.get("state", {})
+        return pod if both else None
+
+    pod = await until("the sidecar and the app Running", running, within=120, every=0.5)
+    sidecar, app = _statuses(pod)
+    app_id = app["containerID"]
+    old_id = sidecar["containerID"].removeprefix("containerd://")
+    old_cgroup = await container_cgroup(containerd.endpoint, old_id)
+    assert v1_limits(old_cgroup) == (10_000, 32 * 2**20)
+
+    limits = {"cpu": "100m", "memory": "48Mi"}
+    patch = {"spec": {"initContainers": [{"name": "proxy", "resources": {"limits": limits}}]}}
+    kubectl(
+        "patch", "pod", "web", "-n", namespace, "--subresource", "resize",
+        "--patch", json.dumps(patch),
+    )  # fmt: skip
+
+    def reported() -> dict[str, Any] | None:
+        pod = get()
+        sidecar, _ = _statuses(pod)
+        ok = (
+            (sidecar.get("resources") or {}).get("limits") == limits
+            and condition(pod, "PodResizeInProgress") is None
+            and sidecar.get("restartCount") == 1
+            and "running" in sidecar.get("state", {})
+        )
+        return pod if ok else None
+
+    pod = await until(
+        "the sidecar restarted with the new limits, the resize done",
+        reported,
+        within=90,
+        explain=get,
+    )
+    sidecar, app = _statuses(pod)
+    new_id = sidecar["containerID"].removeprefix("containerd://")
+    assert new_id != old_id
+    new_cgroup = await container_cgroup(containerd.endpoint, new_id)
+    assert v1_limits(new_cgroup) == (10_000, 48 * 2**20)
+    assert sidecar["allocatedResources"] == {"cpu": "50m", "memory": "16Mi"}
+    assert app["containerID"] == app_id  # the app container was not restarted
+    assert app["restartCount"] == 0
+    assert "running" in app["state"]
+    assert condition(pod, "PodResizePending") is None
+
+    def killing_after_resize() -> list[str] | None:
+        events = (_get(control_plane, "events", "-n", namespace) or {}).get("items", [])
+        reasons = {str(e.get("reason")) for e in events}
+        killing = sorted(str(e.get("message")) for e in events if e.get("reason") == "Killing")
+        done = {"ResizeStarted", "ResizeCompleted"} <= reasons
+        return killing if done and killing else None
+
+    killing = await until("the resize Events", killing_after_resize, within=30)
+    assert killing == ["Container proxy resize requires restart"]

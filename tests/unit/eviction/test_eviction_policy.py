@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.allocation import AllocationManager
 from nodeagent.eviction import policy
 from nodeagent.eviction.thresholds import (
     MEMORY_AVAILABLE,
@@ -144,6 +145,61 @@ def test_eviction_message_is_the_kubelets() -> None:
         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. "
         "Container x was using 500Mi, request is 0, has larger consumption of memory. "
     )
+
+
+async def test_a_resize_the_node_did_not_accept_ranks_and_reads_with_the_allocated_request() -> (
+    None
+):
+    """The spec asks for 1Gi (PodResizePending: Infeasible on a 512Mi node) while the pod is
+    still allocated 64Mi: eviction sees it using 300Mi above a 64Mi request, as the kubelet's
+    ``getAllocatedPods`` does, not within a 1Gi one."""
+    allocation = AllocationManager(path=None, allocatable=lambda: {"cpu": "2", "memory": "512Mi"})
+    admitted = pod("web", uid="w", containers=[container("app", requests={"memory": "64Mi"})])
+    await allocation.allocate(admitted)
+    resized = pod("web", uid="w", containers=[container("app", requests={"memory": "1Gi"})])
+    assert await allocation.allocate(resized) != resized  # pending: not allocated
+    assert allocation.conditions("w")[0]["reason"] == "Infeasible"
+    other = pod("other", uid="o", containers=[container("app", requests={"memory": "100Mi"})])
+    usage = policy.pod_usage(
+        summary(pods=[pod_stats("w", 300 * Mi, app=300 * Mi), pod_stats("o", 250 * Mi)])
+    )
+
+    [web, _] = allocation.allocated_pods([resized, other])
+    ranked = policy.rank(allocation.allocated_pods([other, resized]), usage, "memory")
+    assert [p.name for p in ranked] == ["web", "other"]
+    # by the spec's 1Gi the pod would be within its request and ranked last
+    assert [p.name for p in policy.rank([other, resized], usage, "memory")] == ["other", "web"]
+    [t] = parse_thresholds(hard={"memory.available": "100Mi"})
+    obs = {MEMORY_AVAILABLE: policy.Observation(80 * Mi, 2000 * Mi)}
+    assert policy.eviction_message("memory", web, usage, [t], obs) == (
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. "
+        "Container app was using 300Mi, request is 64Mi, has larger consumption of memory. "
+    )
+
+
+def test_the_request_ranked_by_counts_sidecars_init_containers_and_overhead() -> None:
+    """As the kubelet's ``GetResourceRequestQuantity``: a sidecar's request adds to the
+    containers', a plain init container's is a floor, the overhead adds when non-zero."""
+    meshed = pod(
+        "meshed",
+        uid="m",
+        init_containers=[container("proxy", restartPolicy="Always", requests={"memory": "200Mi"})],
+        containers=[container("app", requests={"memory": "100Mi"})],
+    )
+    setup = pod(
+        "setup",
+        uid="s",
+        init_containers=[container("setup", requests={"memory": "300Mi"})],
+        containers=[container("app", requests={"memory": "100Mi"})],
+        overhead={"memory": "50Mi"},
+    )
+    plain = pod("plain", uid="p", containers=[container("app", requests={"memory": "100Mi"})])
+    usage = policy.pod_usage(
+        summary(pods=[pod_stats("m", 280 * Mi), pod_stats("s", 320 * Mi), pod_stats("p", 120 * Mi)])
+    )
+    # only plain uses more than it requests (meshed: 300Mi, setup: 350Mi)
+    ranked = policy.rank([meshed, setup, plain], usage, "memory")
+    assert [p.name for p in ranked] == ["plain", "meshed", "setup"]
 
 
 def test_eviction_message_for_a_percentage_threshold() -> None:

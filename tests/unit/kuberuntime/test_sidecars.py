@@ -205,6 +205,41 @@ def test_a_sidecar_failing_liveness_is_restarted_with_the_probe_grace_the_app_ke
     assert not actions.kill_pod
 
 
+def test_a_sidecar_an_in_place_resize_restarts_is_killed_and_started_again_the_app_kept() -> None:
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always"), container("setup")],
+        containers=[container("app")],
+        restart_policy="Never",
+    )
+    proxy, setup, app = ctr("proxy", RUNNING), ctr("setup", EXITED), ctr("app", RUNNING)
+    state = runtime(proxy, setup, app)
+    message = "Container proxy resize requires restart"
+    actions = compute_pod_actions(p, state, {}, resize_restarts={"proxy": message})
+    assert actions.containers_to_kill == (KillContainer(proxy.id, "proxy", message),)
+    assert actions.init_containers_to_start == ("proxy",)
+    assert actions.containers_to_start == ()  # the app container keeps running
+    assert not actions.kill_pod
+
+
+def test_a_sidecar_whose_liveness_failed_is_killed_once_even_when_a_resize_restarts_it() -> None:
+    probe = {"exec": {"command": ["alive"]}}
+    p = pod(
+        init_containers=[container("proxy", restartPolicy="Always", livenessProbe=probe)],
+        containers=[container("app")],
+    )
+    proxy, app = ctr("proxy", RUNNING), ctr("app", RUNNING)
+    actions = compute_pod_actions(
+        p,
+        runtime(proxy, app),
+        {proxy.id: "liveness"},
+        resize_restarts={"proxy": "Container proxy resize requires restart"},
+    )
+    assert [k.message for k in actions.containers_to_kill] == [
+        "Init container proxy failed liveness probe"
+    ]
+    assert actions.init_containers_to_start == ("proxy",)
+
+
 # --- status -------------------------------------------------------------------------
 
 

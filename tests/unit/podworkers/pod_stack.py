@@ -51,6 +51,7 @@ class Stack:
     prober: ProberManager
     workers: PodWorkers | None = None
     podsync: PodSync | None = None
+    allocation: AllocationManager | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -131,6 +132,16 @@ async def running_stack(
         on_update=sync_events.probe_result,
         events=events,
     )
+    allocation_manager = (
+        AllocationManager(
+            path=None,
+            allocatable=allocatable,
+            active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
+            events=events,
+        )
+        if allocation
+        else None
+    )
     podsync = PodSync(
         runtime=manager,
         status=status,
@@ -142,16 +153,7 @@ async def running_stack(
         volumes=volumes,
         probes=prober,
         cgroups=cgroups,
-        allocation=(
-            AllocationManager(
-                path=None,
-                allocatable=allocatable,
-                active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
-                events=events,
-            )
-            if allocation
-            else None
-        ),
+        allocation=allocation_manager,
     )
     workers = PodWorkers(syncer=podsync)
     pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
@@ -167,7 +169,9 @@ async def running_stack(
         allocatable=allocatable,
         shutting_down=shutting_down,
     )
-    stack = Stack(server, runtime, files, status, sync_loop, prober, workers, podsync)
+    stack = Stack(
+        server, runtime, files, status, sync_loop, prober, workers, podsync, allocation_manager
+    )
     for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))
     try:

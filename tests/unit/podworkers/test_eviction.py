@@ -9,15 +9,16 @@ import asyncio
 from typing import Any
 
 import pytest
-from pod_stack import NODE, Stack, until
+from pod_stack import NODE, Stack, running_stack, until
 
-from nodeagent.apiserver import PODS
+from nodeagent.apiserver import NODES, PODS
 from nodeagent.events import ObjectReference
 from nodeagent.eviction import EvictionManager, parse_thresholds
 from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import evict_pod
 from nodeagent.podspec import Pod
 from nodeagent.testing.fake_apiserver import FakeApiServer
+from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import container, pod_object
 
 pytestmark = pytest.mark.looptime
@@ -104,7 +105,7 @@ def manager(stack: Stack, node: Node, events: Events, **kw: Any) -> EvictionMana
         transition_period=kw.pop("transition_period", 30.0),
         max_pod_grace_period=0,
         summary=node.summary,
-        active_pods=workers.active_pods,
+        active_pods=kw.pop("active_pods", workers.active_pods),
         terminator=Terminator(stack),
         clock=stack.server.clock,
         pod_cleaned_up=lambda uid: (
@@ -261,3 +262,65 @@ async def test_soft_threshold_waits_for_its_grace_period(stack: Stack) -> None:
     await asyncio.sleep(31)
     evicted = await m.synchronize()
     assert evicted is not None and evicted.name == "web"
+
+
+async def test_a_pending_resize_is_ranked_and_described_by_the_allocated_request(
+    server: FakeApiServer, runtime: FakeRuntime
+) -> None:
+    """web asks for 5Gi by a resize the 4Gi node cannot take (PodResizePending Infeasible):
+    eviction still sees its allocated 64Mi request, so web (300Mi used) goes before other
+    (250Mi used, 100Mi requested), with the allocated request in the message."""
+    server.seed(
+        NODES,
+        {
+            "metadata": {"name": NODE},
+            "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"}},
+        },
+    )
+    async with running_stack(server, runtime, allocation=True) as stack:
+        assert stack.allocation is not None and stack.workers is not None
+        allocation, workers = stack.allocation, stack.workers
+        web = seed(
+            server,
+            "web",
+            containers=[container("app", command=["sleep", "1d"], requests={"memory": "64Mi"})],
+        )
+        other = seed(
+            server,
+            "other",
+            containers=[container("app", command=["sleep", "1d"], requests={"memory": "100Mi"})],
+        )
+        await until(lambda: status(stack, "web").get("phase") == "Running")
+        await until(lambda: status(stack, "other").get("phase") == "Running")
+        body = dict(stack.pod("web") or {})
+        body["spec"]["containers"][0]["resources"] = {"requests": {"memory": "5Gi"}}
+        body["metadata"]["generation"] = 2
+        await server.replace(PODS, "web", body, namespace="default")
+        await until(
+            lambda: any(
+                c.get("type") == "PodResizePending" and c.get("reason") == "Infeasible"
+                for c in status(stack, "web").get("conditions") or []
+            )
+        )
+        node, events = Node(), Events()
+        node.usage = {
+            web["metadata"]["uid"]: (300 * Mi, {"app": 300 * Mi}),
+            other["metadata"]["uid"]: (250 * Mi, {"app": 250 * Mi}),
+        }
+        node.available = 80 * Mi
+        m = manager(
+            stack,
+            node,
+            events,
+            active_pods=lambda: allocation.allocated_pods(workers.active_pods()),
+        )
+        evicted = await m.synchronize()
+        assert evicted is not None and evicted.name == "web"
+        final = await until(
+            lambda: status(stack, "web").get("phase") == "Failed" and status(stack, "web")
+        )
+    assert final["message"] == (
+        "The node was low on resource: memory. Threshold quantity: 600Mi, available: 80Mi. "
+        "Container app was using 300Mi, request is 64Mi, has larger consumption of memory. "
+    )
+    assert status(stack, "other").get("phase") == "Running"

@@ -268,3 +268,74 @@ async def test_a_deferred_resize_is_accepted_once_another_pod_leaves() -> None:
         "ResizeStarted",
         "ResizeCompleted",
     ]
+
+
+def seed_meshed(server: FakeApiServer) -> None:
+    """web with a sidecar ``proxy`` whose memory resize restarts it, and ``app``."""
+    proxy = container(
+        "proxy",
+        command=["sleep", "3600"],
+        restartPolicy="Always",
+        requests={"cpu": "50m", "memory": "32Mi"},
+        limits={"cpu": "100m", "memory": "64Mi"},
+        resizePolicy=[{"resourceName": "memory", "restartPolicy": "RestartContainer"}],
+    )
+    app = container(
+        "app",
+        command=["sleep", "3600"],
+        requests={"cpu": "100m", "memory": "64Mi"},
+        limits={"cpu": "200m", "memory": "128Mi"},
+    )
+    body = pod_object("web", node=NODE, containers=[app], init_containers=[proxy])
+    body["metadata"]["generation"] = 1
+    del body["metadata"]["uid"]
+    server.seed(PODS, body)
+
+
+def sidecar_status(pod: dict[str, Any] | None) -> dict[str, Any]:
+    return ((pod or {}).get("status") or {}).get("initContainerStatuses", [{}])[0]
+
+
+async def test_restart_container_policy_on_a_sidecar_restarts_it_and_keeps_the_app() -> None:
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    events = Events()
+    seed_node(server)
+    seed_meshed(server)
+    async with running_stack(server, runtime, events=events, allocation=True) as stack:
+        app = (await until(lambda: stack.running("app")))[0]
+        proxy = (await stack.running("proxy"))[0]
+
+        async def restarted() -> list[Any]:
+            return [c for c in await stack.running("proxy") if c.id != proxy.id]
+
+        pod = copy.deepcopy(stack.pod("web"))
+        assert pod is not None
+        pod["spec"]["initContainers"][0]["resources"] = {
+            "requests": {"cpu": "50m", "memory": "32Mi"},
+            "limits": {"cpu": "100m", "memory": "96Mi"},
+        }
+        pod["metadata"]["generation"] = 2
+        await stack.server.replace(PODS, "web", pod, namespace="default")
+        new = (await until(restarted))[0]
+        pod = await until(
+            lambda: (
+                resize_condition(stack.pod("web"), "PodResizeInProgress") is None
+                and sidecar_status(stack.pod("web")).get("restartCount") == 1
+                and sidecar_status(stack.pod("web")).get("resources", {}).get("limits")
+                == {"cpu": "100m", "memory": "96Mi"}
+                and stack.pod("web")
+            )
+        )
+        assert [c.id for c in await stack.running("app")] == [app.id]
+    assert runtime.updates == []
+    assert new.resources.linux.memory_limit_in_bytes == 96 * 2**20
+    assert sidecar_status(pod)["allocatedResources"] == {"cpu": "50m", "memory": "32Mi"}
+    assert app_status(pod)["restartCount"] == 0
+    assert resize_condition(pod, "PodResizePending") is None
+    killing = [m for _, _, r, m in events.seen if r == "Killing"]
+    assert killing == ["Container proxy resize requires restart"]
+    assert [r for r in events.reasons() if r.startswith("Resize")] == [
+        "ResizeStarted",
+        "ResizeCompleted",
+    ]
