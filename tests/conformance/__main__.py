@@ -155,6 +155,7 @@ def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> s
 
 def run(args: argparse.Namespace) -> int:
     started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    at_commit = commit()  # the code the node runs: taken before the run, not after
     load_at_start = machine()
     built = suite.ensure_suite()
     versions = load_versions()
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         peer=args.peer,
         started=started_wall,
         machine=load_at_start,
-        commit=commit(),
+        commit=at_commit,
         seconds=round(seconds),
         procs=args.procs,
         results=tuple(results),

@@ -14,7 +14,8 @@ KUBERNETES_VERSION); ``KUBE_TEST_REPO_LIST`` (a YAML of registry overrides, writ
 |                                       | ``nc``: tests/conformance/nc (busybox's lacks -v/-t/-u) |
 |                                       | ``curl``, ``dig``, ``getent``, ``wget``: the            |
 |                                       | ``*-standin.sh`` scripts over busybox wget / nslookup;  |
-|                                       | ``/bin/sh``: Debian's dynamic busybox (see `path_sh`)   |
+|                                       | ``/bin/sh``: Debian's dynamic busybox (see `path_sh`),  |
+|                                       | ``/bin/bash``: the host's (see `bash`)                  |
 | ``e2e-test-images/glibc-dns-testing`` | busybox with the ``dig`` and ``getent`` stand-ins       |
 | ``:2.0.0``                            | (``+tcp`` queries go over UDP: busybox has no DNS TCP)  |
 | ``e2e-test-images/busybox:1.37.0-1``  | the harness's busybox (Debian's static busybox 1.35),   |
@@ -124,6 +125,7 @@ def agnhost_entries(
         oci.Entry(path="usr/bin/nc", kind="file", mode=0o755, data=nc.read_bytes()),
         *standins(),
         *path_sh(),
+        *bash(),
         oci.Entry(path="uploads", kind="dir", mode=0o755),
         oci.Entry(
             path="localhost.crt",
@@ -182,6 +184,21 @@ def path_sh() -> list[oci.Entry]:
     for path, host in SH_LIBS.items():
         entries.append(oci.Entry(path=path, kind="file", mode=0o755, data=Path(host).read_bytes()))
     return entries
+
+
+def bash() -> list[oci.Entry]:
+    """The host's ``/bin/bash`` (Debian 12's, with its libtinfo; libc and the loader come with
+    `path_sh`): upstream's agnhost is Alpine with bash, and the probe specs on terminating pods
+    run ``/bin/bash -c`` scripts with ``trap _term SIGTERM``."""
+    return [
+        oci.Entry(path="bin/bash", kind="file", mode=0o755, data=Path("/bin/bash").read_bytes()),
+        oci.Entry(
+            path="lib/x86_64-linux-gnu/libtinfo.so.6",
+            kind="file",
+            mode=0o755,
+            data=Path("/lib/x86_64-linux-gnu/libtinfo.so.6").read_bytes(),
+        ),
+    ]
 
 
 def standins() -> list[oci.Entry]:
