@@ -3,7 +3,8 @@ followed while the container runs.
 
 The files of one log are ``<path>.<YYYYMMDD-HHMMSS>[.gz]`` (rotated by the log manager, the
 older ones gzipped) and ``<path>`` itself, the one the runtime writes. :func:`read_log` yields
-the bytes the client receives. File reads run in ``asyncio.to_thread`` (the blocking edge);
+the bytes the client receives. File reads run in ``asyncio.to_thread`` (the blocking edge),
+except a follower's reads of what was just written (page cache, at most 64 KiB at a time);
 parsing and filtering run on the loop, one chunk at a time.
 
 Follow keeps the current file open: at its end it waits on :class:`DirWatch` (inotify) for a
@@ -27,6 +28,7 @@ from nodeagent.containerlogs.options import LogOptions
 from nodeagent.containerlogs.watch import DirWatch
 
 CHUNK: Final = 1 << 20
+FOLLOW_CHUNK: Final = 64 << 10
 RUNNING_CHECK: Final = 1.0
 
 
@@ -112,6 +114,14 @@ async def _read_fd(fd: int) -> bytes:
     return await asyncio.to_thread(os.read, fd, CHUNK)
 
 
+def _read_new(fd: int) -> bytes:
+    """What a follower reads past the end it already reached: bytes the runtime has just
+    written, so in the page cache; read on the loop (at most :data:`FOLLOW_CHUNK` at a time)
+    rather than through the thread pool, where a line would queue behind the housekeeping's
+    file reads."""
+    return os.read(fd, FOLLOW_CHUNK)
+
+
 async def read_log(
     path: str,
     options: LogOptions,
@@ -184,11 +194,12 @@ async def _follow(
         idle_since = loop.time() - RUNNING_CHECK  # the first end of file asks at once
         exiting = False
         while not out.done:
-            data = await _read_fd(fd)
+            data = _read_new(fd)
             if data:
                 idle_since = loop.time()
                 if chunk := out.render(parser.feed(data)):
                     yield chunk
+                await asyncio.sleep(0)  # a fast writer must not hold the loop
                 continue
             if exiting:
                 break
