@@ -251,12 +251,15 @@ def pod_managers(
     def allocatable() -> Mapping[str, str] | None:
         return node_allocatable(get_node())
 
+    sync_events = SyncEvents()
+    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     runtime = RuntimeManager(
         runtime=connection,
         images=connection,
         settings=settings,
         clock=clock,
         cgroup_driver=connection.cgroup_driver,
+        relisted=pleg.listed,
     )
 
     def allocatable_memory() -> int | None:
@@ -283,7 +286,6 @@ def pod_managers(
         swap=settings.swap,
         events=events,
     )
-    sync_events = SyncEvents()
     prober = ProberManager(
         io=ProbeIO(
             runtime=connection,
@@ -317,7 +319,6 @@ def pod_managers(
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
-    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=node_name,
         events=sync_events,

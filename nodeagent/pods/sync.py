@@ -386,7 +386,9 @@ class PodSync:
             # From here on the pod is as allocated: a resize the node has not accepted
             # (PodResizePending) changes nothing that runs.
             pod = await self._allocation.allocate(pod)
-        state = await self._runtime.pod_state(pod.uid)
+        # A periodic sync of a pod nothing happened to reuses the state read last (the PLEG
+        # relisted it unchanged since); every sync after an action reads it again.
+        state = await self._runtime.pod_state(pod.uid, reuse=True)
         view = self._resize_view(pod)
         reported = self._report(pod, state, terminal=False)
         if reported["phase"] in TERMINAL:
