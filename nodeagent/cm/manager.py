@@ -126,6 +126,8 @@ class ContainerManager:
         self._qos_stale = True
         """A pod's share changed since the QoS cgroups were last written."""
         self._applied: dict[str, ResourceConfig] = {}
+        self.limits_written = 0
+        """Moves before and after each write of a pod cgroup's limits (for the stats sampler)."""
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
         self._besteffort: ResourceConfig | None = None
@@ -326,7 +328,11 @@ class ContainerManager:
         parts = pod_cgroup_name(
             pod, cgroups_per_qos=True, cgroup_root=self._settings.cgroup_root_text
         )
-        await ops.ensure(parts, config)
+        self.limits_written += 1
+        try:
+            await ops.ensure(parts, config)
+        finally:
+            self.limits_written += 1
         self._applied[pod.uid] = config
         self._names[pod.uid] = parts
         self._log.v(4).info(

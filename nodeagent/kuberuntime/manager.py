@@ -170,6 +170,8 @@ class RuntimeManager:
         self._states: dict[str, tuple[float, PodRuntimeState]] = {}
         """Pod uid -> (event-loop time it was read, the state read)."""
         self._acts = 0
+        self.resources_updated = 0
+        """Moves before and after each UpdateContainerResources (for the stats sampler)."""
         """How many times the manager acted on a pod (a read racing an action is not kept)."""
         self._log = log or get_logger("kuberuntime")
 
@@ -678,7 +680,11 @@ class RuntimeManager:
         settings = await self._resolved_settings()
         linux = linux_resources(pod, container, settings)
         self._acting(pod.uid)
-        await self._runtime.update_container_resources(container_id, linux)
+        self.resources_updated += 1
+        try:
+            await self._runtime.update_container_resources(container_id, linux)
+        finally:
+            self.resources_updated += 1
         self._log.v(2).info(
             "Updated container resources",
             pod_namespace=pod.namespace,

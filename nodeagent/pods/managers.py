@@ -122,6 +122,14 @@ class PodManagers:
     podsync: PodSync
     services_cache: WatchCache | None = None
     cm: ContainerManager | None = None
+    runtime: RuntimeManager | None = None
+
+    def limits_generation(self) -> int:
+        """Moves whenever the agent writes a pod cgroup's limits or resizes a container (the
+        stats sampler then reads every pod's and container's limits again)."""
+        written = self.cm.limits_written if self.cm is not None else 0
+        updated = self.runtime.resources_updated if self.runtime is not None else 0
+        return written + updated
 
     async def evict(self, pod: Pod, eviction: Eviction) -> None:
         """The eviction manager's terminator (see :func:`evict_pod`)."""
@@ -374,4 +382,5 @@ def pod_managers(
         podsync=podsync,
         services_cache=services_cache,
         cm=cm,
+        runtime=runtime,
     )

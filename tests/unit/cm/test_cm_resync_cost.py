@@ -82,6 +82,7 @@ async def test_a_resync_of_110_unchanged_pods_recomputes_and_writes_nothing(
 
     monkeypatch.setattr(cm_manager, "qos_configs_from", counting)
     fs.writes.clear()
+    written = cm.limits_written  # what the stats sampler watches to read limits again
     # One resync round of every pod (widen_only first, as the pod sync calls it). Each call
     # stays a handful of Python calls whatever the number of pods: before issue 14 every one
     # summed the requests of all 110 pods (~2,000 calls per sync, 200,000 per round).
@@ -91,6 +92,9 @@ async def test_a_resync_of_110_unchanged_pods_recomputes_and_writes_nothing(
             await cm.ensure_pod(p)
     assert recomputed == []
     assert fs.writes == []
+    assert cm.limits_written == written
+    await cm.ensure_pod(burstable(PODS))  # a new pod's cgroup: the sampler must look again
+    assert cm.limits_written > written
     assert work.calls <= PODS * 40
 
 

@@ -99,7 +99,9 @@ async def test_a_resource_update_by_the_agent_is_read_back_not_reused(stack: Sta
     assert stack.workers is not None
     [pod] = stack.workers.active_pods()
     [record] = kept.containers
+    updated = manager.resources_updated  # what the stats sampler watches to read limits again
     await manager.update_container_resources(pod, pod.spec.containers[0], record.id)
+    assert manager.resources_updated > updated
     again = await manager.pod_state(uid, reuse=True)
     assert again is not kept
     assert rpcs(stack, mark)["ContainerStatus"] == 1
