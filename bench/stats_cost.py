@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodeagent.stats.cgroup import LimitsCache, sample_tree
+from nodeagent.stats.cgroup import SampleCache, sample_tree
 
 CPU_STAT = (
     "usage_usec 123456789\nuser_usec 100000000\nsystem_usec 23456789\nnr_periods 12345\n"
@@ -139,7 +139,7 @@ def measure(
     rss_before = rss_kib()
     cpu, wall = [], []
     kept = []
-    limits = LimitsCache() if keep_limits else None
+    limits = SampleCache() if keep_limits else None
     for _ in range(passes):
         w0, c0 = time.perf_counter(), time.thread_time()
         tree = sample_tree(
@@ -147,7 +147,7 @@ def measure(
             timestamp_ns=0,
             root=root,
             proc_pressure=proc_pressure,
-            limits=limits,
+            cache=limits,
         )
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - w0)

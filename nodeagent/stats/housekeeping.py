@@ -9,7 +9,7 @@ cgroup in one batch (a worker thread, plain reads), keeps that sample and the on
 (:attr:`enabled` is false) and the summary keeps to CRI stats.
 
 The pods' and containers' ``memory.max`` / ``pids.max`` are kept across passes
-(``cgroup.LimitsCache``): read again every few passes, and for every cgroup as soon as
+(``cgroup.SampleCache``): read again every few passes, and for every cgroup as soon as
 ``limits_generation()`` moves (the agent wrote a pod cgroup's limits or resized a container).
 """
 
@@ -27,7 +27,7 @@ from nodeagent.stats.cgroup import (
     CGROUP_ROOT,
     PROC_PRESSURE,
     CgroupSample,
-    LimitsCache,
+    SampleCache,
     TreeSample,
     sample_tree,
 )
@@ -64,7 +64,7 @@ class CgroupStats:
         self._proc_pressure = proc_pressure
         self._sampler = sampler
         self._limits_generation = limits_generation
-        self._limits = LimitsCache() if limits_generation is not None else None
+        self._limits = SampleCache() if limits_generation is not None else None
         self._generation: int | None = None
         self._log = log or get_logger("stats.cgroup")
         self.latest: TreeSample | None = None
@@ -121,7 +121,7 @@ class CgroupStats:
             timestamp_ns=ts,
             root=self._root,
             proc_pressure=self._proc_pressure,
-            limits=self._limits,
+            cache=self._limits,
         )
         self.pass_cpu_seconds = time.thread_time() - cpu0
         return sample

@@ -1,7 +1,8 @@
-"""The sampler keeps the pods' and containers' ``memory.max`` / ``pids.max`` across passes
-(issue 14): every pass gives the same samples, Summary and /metrics/cadvisor as a sampler that
-reads every file, while the limit files are read a fraction of the time, counted over a cgroup
-tree in a temporary directory."""
+"""The sampler keeps the pods' and containers' ``memory.max`` / ``pids.max`` and their parsed
+texts across passes (issue 14): every pass gives the same samples and /metrics/cadvisor as a
+sampler that reads and parses every file, while the limit files are read a sixth of the time
+and unchanged texts are not parsed again, counted over a cgroup tree in a temporary
+directory."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cgroup_stats import CPU_PSI, IO_PSI, MEM_PSI, write_cgroup
@@ -17,7 +19,7 @@ from nodeagent.clock import FrozenClock
 from nodeagent.stats import cgroup
 from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
-from nodeagent.stats.cgroup import LIMITS_REFRESH_PASSES, LimitsCache, TreeSample, sample_tree
+from nodeagent.stats.cgroup import LIMITS_REFRESH_PASSES, SampleCache, TreeSample, sample_tree
 from nodeagent.stats.housekeeping import CgroupStats
 
 T0 = dt.datetime(2026, 11, 25, 4, 0, 0, tzinfo=dt.UTC)
@@ -61,13 +63,13 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     yield counted
 
 
-def sample(root: Path, limits: LimitsCache | None) -> TreeSample:
+def sample(root: Path, limits: SampleCache | None) -> TreeSample:
     return sample_tree(
         monotonic=0.0,
         timestamp_ns=0,
         root=str(root),
         proc_pressure=str(root / "pressure"),
-        limits=limits,
+        cache=limits,
     )
 
 
@@ -76,7 +78,7 @@ def test_every_pass_samples_what_a_full_read_does_with_a_sixth_of_the_limit_read
 ) -> None:
     root = tmp_path / "cg"
     pods, containers = tree(root)
-    cache = LimitsCache()
+    cache = SampleCache()
     cgroups = PODS * (1 + CONTAINERS)
     for n in range(2 + 2 * LIMITS_REFRESH_PASSES):
         if n == 2:  # a new cgroup's limits are kept once two reads agree: all are by now
@@ -146,3 +148,31 @@ async def test_a_limit_the_agent_writes_shows_in_the_next_pass(
     assert cached.latest.pods["00000001-0000-4000-8000-000000000001"].memory_max == 512 * 2**20
     assert cadvisor(cached.latest) == cadvisor(full.latest)
     assert "container_spec_memory_limit_bytes" in cadvisor(cached.latest)
+
+
+def test_a_quiet_pass_parses_only_the_texts_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "cg"
+    pods, _ = tree(root)
+    parsed: Counter[str] = Counter()
+    for name in ("parse_psi", "parse_flat_keyed", "parse_io_stat"):
+        real = getattr(cgroup, name)
+
+        def counting(text: str, *args: object, _real: Any = real, _name: str = name) -> Any:
+            parsed[_name] += 1
+            return _real(text, *args)
+
+        monkeypatch.setattr(cgroup, name, counting)
+    cache = SampleCache()
+    sample(root, cache)
+    parsed.clear()
+    (pods[3] / "cpu.stat").write_text("usage_usec 7\n")
+    (pods[3] / "memory.pressure").write_text(CPU_PSI)
+    kept = sample(root, cache)
+    # only the root's and kubepods' files (always parsed), /proc/pressure, the two that moved
+    # and memory.stat (one regex scan each, never memoized)
+    assert parsed["parse_psi"] == 2 * 3 + 3 + 1
+    assert parsed["parse_io_stat"] == 2
+    assert parsed["parse_flat_keyed"] == 2 * 2 + 1 + PODS * (1 + CONTAINERS)
+    assert kept == sample(root, None)
