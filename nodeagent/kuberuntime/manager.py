@@ -266,7 +266,7 @@ class RuntimeManager:
         pod: Pod,
         state: PodRuntimeState,
         *,
-        inputs: EnvInputs,
+        inputs: EnvInputs | Callable[[], Awaitable[EnvInputs]],
         host_dns: ResolvConf,
         on_event: Callable[[PodEvent], None] | None = None,
         volumes: PodMounts | None = None,
@@ -277,7 +277,9 @@ class RuntimeManager:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
         ``startup``: the startup probes' results by container id; ``failed_probes``
-        (container ID -> ``liveness``/``startup``) names the containers the prober condemned."""
+        (container ID -> ``liveness``/``startup``) names the containers the prober condemned.
+        ``inputs``: the containers' environment inputs, or how to get them: asked only when a
+        container is to start (a periodic sync of a running pod fetches none)."""
         result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(
             pod, state, failed_probes, startup=startup, resize_restarts=resize_restarts
@@ -336,9 +338,16 @@ class RuntimeManager:
             if created is None:
                 return result
             sandbox_id, pod_ips = created
+        if not (
+            actions.ephemeral_containers_to_start
+            or actions.init_containers_to_start
+            or actions.containers_to_start
+        ):
+            return result
+        env = inputs if isinstance(inputs, EnvInputs) else await inputs()
         if pod.spec.host_network:
-            pod_ips = pod_ips or inputs.host_ips
-        inputs = dataclasses.replace(inputs, pod_ips=tuple(pod_ips))
+            pod_ips = pod_ips or env.host_ips
+        env = dataclasses.replace(env, pod_ips=tuple(pod_ips))
         # The kubelet's step 5: ephemeral containers first, so that a debug container runs
         # even while an init container keeps failing.
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
@@ -350,7 +359,7 @@ class RuntimeManager:
                 state=state,
                 sandbox_id=sandbox_id,
                 sandbox_config=sandbox_config,
-                inputs=inputs,
+                inputs=env,
                 result=result,
                 volumes=volumes or NoVolumes(),
             )

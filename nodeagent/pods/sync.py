@@ -404,12 +404,12 @@ class PodSync:
                 self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
             if not volumes.ready:
                 return SyncOutcome(retry_in=volumes.retry_in, wake_in=wake_in)
-        inputs = await self._env.inputs(pod)
         restarts, resized = await self._resize(pod, state)
         result = await self._runtime.sync_pod(
             pod,
             state,
-            inputs=inputs,
+            # fetched (ConfigMaps, Secrets, Services) only when a container is to start
+            inputs=lambda: self._env.inputs(pod),
             host_dns=await self._host_dns(),
             on_event=self._on_event(pod),
             volumes=volumes,

@@ -15,6 +15,7 @@ import pytest
 from pod_stack import NODE, Stack, until
 
 from nodeagent.apiserver import PODS
+from nodeagent.pods.sync import CONFIGMAPS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container, pod_object
 
@@ -105,3 +106,22 @@ async def test_a_resource_update_by_the_agent_is_read_back_not_reused(stack: Sta
     again = await manager.pod_state(uid, reuse=True)
     assert again is not kept
     assert rpcs(stack, mark)["ContainerStatus"] == 1
+
+
+async def test_a_resync_fetches_no_environment_only_a_container_start_does(stack: Stack) -> None:
+    """The containers' ConfigMaps and Secrets are read when a container is created, as the
+    kubelet's ``makeEnvironmentVariables``: never by a sync that starts nothing."""
+    stack.server.seed(
+        CONFIGMAPS,
+        {"metadata": {"name": "settings", "namespace": "default"}, "data": {"mode": "fast"}},
+    )
+    ref = {"configMapKeyRef": {"name": "settings", "key": "mode"}}
+    seed(stack.server, "web", containers=[container("app", env=[{"name": "M", "valueFrom": ref}])])
+    await until(lambda: phase(stack, "web") == "Running")
+    assert len(stack.server.calls_to("get", "configmaps")) == 1
+    await asyncio.sleep(125)  # two resyncs
+    assert len(stack.server.calls_to("get", "configmaps")) == 1
+    [first] = await stack.running("app")
+
+    stack.runtime.exit_container(first.id, exit_code=1)  # restarted: its environment is read
+    await until(lambda: len(stack.server.calls_to("get", "configmaps")) == 2, within=5)
