@@ -179,8 +179,9 @@ LIMITS_REFRESH_PASSES: Final = 6
 
 @dataclass(slots=True)
 class SampleCache:
-    """``memory.max`` / ``pids.max`` of the pod and container cgroups across passes (touched
-    only by the sampling thread, one pass at a time)."""
+    """What the sampler keeps of the pod and container cgroups across passes: their
+    ``memory.max`` / ``pids.max`` and their last parsed texts (touched only by the sampling
+    thread, one pass at a time)."""
 
     refresh: int = LIMITS_REFRESH_PASSES
     passes: int = 0
