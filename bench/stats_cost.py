@@ -13,6 +13,7 @@ in-memory; cgroupfs renders stat files on each read, so the real tree is somewha
 ``--real`` on a cgroup v2 host it samples ``/sys/fs/cgroup`` as it is (run it in the VM).
 
     .venv/bin/python bench/stats_cost.py [--pods 110] [--containers 2] [--passes 50] [--real]
+        [--keep-limits]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodeagent.stats.cgroup import sample_tree
+from nodeagent.stats.cgroup import SampleCache, sample_tree
 
 CPU_STAT = (
     "usage_usec 123456789\nuser_usec 100000000\nsystem_usec 23456789\nnr_periods 12345\n"
@@ -132,13 +133,22 @@ def rss_kib() -> int:
     return 0
 
 
-def measure(root: str, proc_pressure: str, passes: int) -> dict[str, float]:
+def measure(
+    root: str, proc_pressure: str, passes: int, *, keep_limits: bool = False
+) -> dict[str, float]:
     rss_before = rss_kib()
     cpu, wall = [], []
     kept = []
+    limits = SampleCache() if keep_limits else None
     for _ in range(passes):
         w0, c0 = time.perf_counter(), time.thread_time()
-        tree = sample_tree(monotonic=0.0, timestamp_ns=0, root=root, proc_pressure=proc_pressure)
+        tree = sample_tree(
+            monotonic=0.0,
+            timestamp_ns=0,
+            root=root,
+            proc_pressure=proc_pressure,
+            cache=limits,
+        )
         cpu.append(time.thread_time() - c0)
         wall.append(time.perf_counter() - w0)
         kept = [tree, *kept[:1]]  # the agent keeps the newest sample and the one before
@@ -162,17 +172,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--containers", type=int, default=2)
     parser.add_argument("--passes", type=int, default=50)
     parser.add_argument("--real", action="store_true", help="sample /sys/fs/cgroup (v2 only)")
+    parser.add_argument(
+        "--keep-limits",
+        action="store_true",
+        help="keep memory.max/pids.max across passes as the agent does (issue 14)",
+    )
     args = parser.parse_args(argv)
+    keep = args.keep_limits
     if args.real:
-        result = measure("/sys/fs/cgroup", "/proc/pressure", args.passes)
+        result = measure("/sys/fs/cgroup", "/proc/pressure", args.passes, keep_limits=keep)
         where = "/sys/fs/cgroup"
     else:
         with tempfile.TemporaryDirectory(prefix="stats-cost-") as tmp:
             root = Path(tmp)
             synthetic_tree(root / "cg", args.pods, args.containers)
-            result = measure(str(root / "cg"), str(root / "cg" / "pressure"), args.passes)
+            result = measure(
+                str(root / "cg"), str(root / "cg" / "pressure"), args.passes, keep_limits=keep
+            )
         where = f"synthetic tree ({args.pods} pods x {args.containers} containers + sandbox)"
-    print(f"# {where}, {args.passes} passes")
+    kept_note = ", limits kept across passes" if keep else ""
+    print(f"# {where}, {args.passes} passes{kept_note}")
     for key, value in result.items():
         print(f"{key:>16}: {value:.2f}" if isinstance(value, float) else f"{key:>16}: {value}")
     per_10s = result["cpu_ms_median"] / 10_000 * 100

@@ -292,7 +292,10 @@ def node_stats(
     except OSError:
         v2 = False
     sampler = CgroupStats(
-        clock=clock, enabled=v2, interval=config.kubelet.housekeeping_interval.seconds
+        clock=clock,
+        enabled=v2,
+        interval=config.kubelet.housekeeping_interval.seconds,
+        limits_generation=pods.limits_generation,
     )
     stats = host_stats_provider(
         runtime=pods.connection,

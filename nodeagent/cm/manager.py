@@ -5,8 +5,12 @@ allocatable enforced on it, ``kubepods/burstable`` and ``kubepods/besteffort`` (
 driver: ``kubepods.slice``, ``kubepods-burstable.slice``, ``kubepods-besteffort.slice``)
 through the driver the runtime uses. Before a pod's sandbox is created, :meth:`ensure_pod`
 updates the Burstable weight (the sum of the Burstable pods' cpu requests) and creates the
-pod's cgroup with its limits; :meth:`remove_pod` removes it once the pod's containers and
-sandbox are gone; :meth:`clean_orphans` (housekeeping) removes pod cgroups no pod owns.
+pod's cgroup with its limits. A pod's sync repeats this every minute, so what it computes is
+kept per pod object: a resync of an unchanged pod recomputes nothing and writes no file,
+and the QoS cgroups are recomputed only when a pod's share of them changes (a pod added,
+removed or resized), and written only when their values change. :meth:`remove_pod` removes
+the pod's cgroup once its containers and sandbox are gone; :meth:`clean_orphans`
+(housekeeping) removes pod cgroups no pod owns.
 
 On a cgroup v1 host, or with ``cgroupsPerQOS: false``, it does nothing: the runtime creates
 the pod's cgroup as before (the kubelet's v1 maintenance mode is not rebuilt here).
@@ -27,13 +31,16 @@ from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
 from nodeagent.cm.policy import (
     NodeResources,
+    QosConfigs,
+    QosShare,
     ReservedCgroup,
     ResourceConfig,
     SwapInputs,
     container_swap,
     go_quote_name,
     pod_resource_config,
-    qos_resource_configs,
+    qos_configs_from,
+    qos_share,
     reserved_cgroup_name,
     reserved_from,
     reserved_limits,
@@ -113,7 +120,14 @@ class ContainerManager:
         self._ops: CgroupDriverOps | None = None
         self._lock = asyncio.Lock()
         self._pods: dict[str, Pod] = {}
+        self._seen: dict[str, tuple[Pod, ResourceConfig | None]] = {}
+        """Pod uid -> the pod object :meth:`ensure_pod` last finished with and its config."""
+        self._shares: dict[str, QosShare] = {}
+        self._qos_stale = True
+        """A pod's share changed since the QoS cgroups were last written."""
         self._applied: dict[str, ResourceConfig] = {}
+        self.limits_written = 0
+        """Moves before and after each write of a pod cgroup's limits (for the stats sampler)."""
         self._names: dict[str, list[str]] = {}
         self._burstable: ResourceConfig | None = None
         self._besteffort: ResourceConfig | None = None
@@ -167,13 +181,8 @@ class ContainerManager:
                 if driver == "systemd"
                 else CgroupfsDriver(self._fs)
             )
+            configs = self._qos_configs()
             s = self._settings
-            configs = qos_resource_configs(
-                self._pods.values(),
-                s.node,
-                enforce_pods=s.enforce_pods,
-                memory_reserve_percent=s.memory_reserve_percent,
-            )
             for parts in _ancestors(s.cgroup_root):
                 await ops.ensure(parts, None)
             await ops.ensure(self._qos_name(None), configs.kubepods)
@@ -181,6 +190,7 @@ class ContainerManager:
             await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
             self._burstable = configs.burstable
             self._besteffort = configs.besteffort
+            self._qos_stale = False
             self._events.record(
                 "Normal", ENFORCED_REASON, "Updated Node Allocatable limit across pods"
             )
@@ -235,20 +245,34 @@ class ContainerManager:
             )
         return None
 
-    async def _update_qos(self, ops: CgroupDriverOps) -> None:
+    def _qos_configs(self) -> QosConfigs:
         s = self._settings
-        configs = qos_resource_configs(
-            self._pods.values(),
+        return qos_configs_from(
+            self._shares.values(),
             s.node,
             enforce_pods=s.enforce_pods,
             memory_reserve_percent=s.memory_reserve_percent,
         )
+
+    def _set_share(self, uid: str, share: QosShare | None) -> None:
+        old = self._shares.pop(uid, None) if share is None else self._shares.get(uid)
+        if share is not None:
+            self._shares[uid] = share
+        if old != share:
+            self._qos_stale = True
+
+    async def _update_qos(self, ops: CgroupDriverOps) -> None:
+        """Recompute the QoS cgroups when a pod's share moved; write only what changed."""
+        if not self._qos_stale:
+            return
+        configs = self._qos_configs()
         if configs.burstable != self._burstable:
             await ops.ensure(self._qos_name("burstable"), configs.burstable)
             self._burstable = configs.burstable
         if configs.besteffort != self._besteffort:
             await ops.ensure(self._qos_name("besteffort"), configs.besteffort)
             self._besteffort = configs.besteffort
+        self._qos_stale = False
 
     def pod_config(self, pod: Pod) -> ResourceConfig:
         s = self._settings
@@ -279,11 +303,22 @@ class ContainerManager:
         ``widen_only``: an in-place resize is about to be applied to the containers: each
         limit goes to the larger of the current and the new one (the new ones are written
         by the call without it, once the containers have been resized)."""
-        await self._record_swap(pod)
-        if not self.enabled:
+        seen = self._seen.get(pod.uid)
+        if seen is not None and seen[0] is pod:  # a resync: nothing it depends on moved
+            config = seen[1]
+        else:
+            await self._record_swap(pod)
+            config = None
+            if self.enabled:
+                config = self.pod_config(pod)
+                self._set_share(
+                    pod.uid,
+                    qos_share(pod, with_memory=self._settings.memory_reserve_percent is not None),
+                )
+            self._seen[pod.uid] = (pod, config)
+        if not self.enabled or config is None:
             return
         ops = await self.setup()
-        config = self.pod_config(pod)
         if widen_only:
             config = widen(self._applied.get(pod.uid), config)
         self._pods[pod.uid] = pod
@@ -293,7 +328,11 @@ class ContainerManager:
         parts = pod_cgroup_name(
             pod, cgroups_per_qos=True, cgroup_root=self._settings.cgroup_root_text
         )
-        await ops.ensure(parts, config)
+        self.limits_written += 1
+        try:
+            await ops.ensure(parts, config)
+        finally:
+            self.limits_written += 1
         self._applied[pod.uid] = config
         self._names[pod.uid] = parts
         self._log.v(4).info(
@@ -306,13 +345,16 @@ class ContainerManager:
 
     async def remove_pod(self, uid: str) -> None:
         """Remove the pod's cgroup: its containers and sandbox are gone."""
+        self._seen.pop(uid, None)
         if self._swap.pop(uid, None) is not None:
             await self._write_swap_state()
         if not self.enabled or self._ops is None:
+            self._set_share(uid, None)
             return
         ops = self._ops
         parts = self._names.get(uid) or self._find(ops, uid)
         self._pods.pop(uid, None)
+        self._set_share(uid, None)
         self._applied.pop(uid, None)
         await self._update_qos(ops)
         if parts is None:

@@ -274,6 +274,42 @@ def kubepods_config(node: NodeResources, *, enforce_pods: bool) -> ResourceConfi
     )
 
 
+@dataclass(frozen=True, slots=True)
+class QosShare:
+    """What one pod adds to the QoS cgroups' settings: its class, its cpu request (counted
+    for Burstable pods) and its memory request (with ``qosReserved`` memory only, else 0)."""
+
+    qos: QOSClass
+    cpu_request_milli: int = 0
+    memory_request: int = 0
+
+
+def qos_share(pod: Pod, *, with_memory: bool = False) -> QosShare:
+    """``pod``'s :class:`QosShare`; its memory request only ``with_memory`` (``qosReserved``)."""
+    qos = pod_qos_class(pod)
+    cpu = pod_cpu_request_milli(pod) if qos is QOSClass.BURSTABLE else 0
+    memory = (
+        pod_memory_request(pod)
+        if with_memory and qos in (QOSClass.GUARANTEED, QOSClass.BURSTABLE)
+        else 0
+    )
+    return QosShare(qos=qos, cpu_request_milli=cpu, memory_request=memory)
+
+
+def _memory_limits(
+    shares: Iterable[QosShare], allocatable_memory: int, percent_reserve: int
+) -> tuple[int, int] | None:
+    if allocatable_memory <= 0:
+        return None
+    requests = {QOSClass.GUARANTEED: 0, QOSClass.BURSTABLE: 0}
+    for share in shares:
+        if share.qos in requests:
+            requests[share.qos] += share.memory_request
+    burstable = allocatable_memory - requests[QOSClass.GUARANTEED] * percent_reserve // 100
+    besteffort = burstable - requests[QOSClass.BURSTABLE] * percent_reserve // 100
+    return burstable, besteffort
+
+
 def qos_memory_limits(
     pods: Iterable[Pod], allocatable_memory: int, percent_reserve: int
 ) -> tuple[int, int] | None:
@@ -282,14 +318,33 @@ def qos_memory_limits(
     what the Burstable pods' requests leave after that. None when allocatable is 0."""
     if allocatable_memory <= 0:
         return None
-    requests = {QOSClass.GUARANTEED: 0, QOSClass.BURSTABLE: 0}
-    for p in pods:
-        qos = pod_qos_class(p)
-        if qos in requests:
-            requests[qos] += pod_memory_request(p)
-    burstable = allocatable_memory - requests[QOSClass.GUARANTEED] * percent_reserve // 100
-    besteffort = burstable - requests[QOSClass.BURSTABLE] * percent_reserve // 100
-    return burstable, besteffort
+    shares = [qos_share(p, with_memory=True) for p in pods]
+    return _memory_limits(shares, allocatable_memory, percent_reserve)
+
+
+def qos_configs_from(
+    shares: Iterable[QosShare],
+    node: NodeResources,
+    *,
+    enforce_pods: bool,
+    memory_reserve_percent: int | None = None,
+) -> QosConfigs:
+    """The QoS cgroups' settings from the pods' :class:`QosShare` (taken ``with_memory``
+    when ``memory_reserve_percent`` is set): the container manager keeps one share per pod
+    and recomputes this only when a share changes."""
+    shares = list(shares)
+    burstable_milli = sum(s.cpu_request_milli for s in shares if s.qos is QOSClass.BURSTABLE)
+    limits = None
+    if memory_reserve_percent is not None:
+        limits = _memory_limits(shares, node.allocatable().memory, memory_reserve_percent)
+    return QosConfigs(
+        kubepods=kubepods_config(node, enforce_pods=enforce_pods),
+        burstable=ResourceConfig(
+            cpu_shares=milli_cpu_to_shares(burstable_milli),
+            memory_max=limits[0] if limits else None,
+        ),
+        besteffort=ResourceConfig(cpu_shares=MIN_SHARES, memory_max=limits[1] if limits else None),
+    )
 
 
 def qos_resource_configs(
@@ -301,20 +356,12 @@ def qos_resource_configs(
 ) -> QosConfigs:
     """The QoS cgroups' cpu weights (Burstable: the sum of its pods' cpu requests) and, with
     ``qosReserved`` memory, the Burstable and BestEffort memory limits."""
-    pods = list(pods)
-    burstable_milli = sum(
-        pod_cpu_request_milli(p) for p in pods if pod_qos_class(p) is QOSClass.BURSTABLE
-    )
-    limits = None
-    if memory_reserve_percent is not None:
-        limits = qos_memory_limits(pods, node.allocatable().memory, memory_reserve_percent)
-    return QosConfigs(
-        kubepods=kubepods_config(node, enforce_pods=enforce_pods),
-        burstable=ResourceConfig(
-            cpu_shares=milli_cpu_to_shares(burstable_milli),
-            memory_max=limits[0] if limits else None,
-        ),
-        besteffort=ResourceConfig(cpu_shares=MIN_SHARES, memory_max=limits[1] if limits else None),
+    with_memory = memory_reserve_percent is not None
+    return qos_configs_from(
+        (qos_share(p, with_memory=with_memory) for p in pods),
+        node,
+        enforce_pods=enforce_pods,
+        memory_reserve_percent=memory_reserve_percent,
     )
 
 

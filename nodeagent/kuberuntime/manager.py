@@ -9,7 +9,12 @@ order. Starting one: crash-loop back-off check, image presence, the pod's manage
 (``etchosts``, rewritten for each container once the pod has IPs), CreateContainer, StartContainer,
 then the ``/var/log/containers`` symlink and removal of dead instances beyond the last one.
 Failures are recorded per container in the :class:`SyncResult` with the kubelet's reasons; they
-never stop the other containers. The manager holds no pod state besides the back-offs.
+never stop the other containers. The manager holds no pod state besides the back-offs and the
+last state read of each pod: ``pod_state(uid, reuse=True)`` (a pod's periodic sync) returns it
+again, without a CRI request, when a relist that started after it was read saw the same
+sandboxes and containers in the same states and the manager has not acted on the pod since
+(what a container or sandbox status holds besides its state does not change while it keeps
+its state, except the resources the manager itself updates).
 """
 
 from __future__ import annotations
@@ -70,8 +75,10 @@ from nodeagent.kuberuntime.runtime_state import (
     ContainerRecord,
     ContainerState,
     PodRuntimeState,
+    RelistView,
     container_record,
     listed_sandbox_record,
+    listing_of,
     newest_first,
     sandbox_record,
 )
@@ -138,10 +145,12 @@ class RuntimeManager:
         backoff: Backoff | None = None,
         cgroup_driver: Callable[[], Awaitable[CgroupDriver]] | None = None,
         hooks: HookRunner | None = None,
+        relisted: RelistView | None = None,
         log: Logger | None = None,
     ) -> None:
         """``cgroup_driver``: the driver the runtime uses (the connection asks it once);
-        ``settings.cgroup_driver`` is used as it is when omitted."""
+        ``settings.cgroup_driver`` is used as it is when omitted. ``relisted``: the PLEG's
+        view of its last relist (without it every ``pod_state`` asks the runtime)."""
 
         def wall() -> float:
             return clock.now().timestamp()
@@ -157,6 +166,13 @@ class RuntimeManager:
         self._backoff = backoff or Backoff(now=wall)
         image_backoff = Backoff(now=wall, initial=IMAGE_BACKOFF_INITIAL, cap=IMAGE_BACKOFF_MAX)
         self._images = ImageManager(images=images, backoff=image_backoff, monotonic=clock.monotonic)
+        self._relisted = relisted
+        self._states: dict[str, tuple[float, PodRuntimeState]] = {}
+        """Pod uid -> (event-loop time it was read, the state read)."""
+        self._acts = 0
+        self.resources_updated = 0
+        """Moves before and after each UpdateContainerResources (for the stats sampler)."""
+        """How many times the manager acted on a pod (a read racing an action is not kept)."""
         self._log = log or get_logger("kuberuntime")
 
     @property
@@ -177,11 +193,39 @@ class RuntimeManager:
         self._backoff.forget(uid)
         self._images.forget(uid)
         self._messages.pop(uid, None)
+        self._states.pop(uid, None)
+
+    def _acting(self, uid: str) -> None:
+        """The manager is about to change the pod in the runtime: its state must be read again."""
+        self._states.pop(uid, None)
+        self._acts += 1
 
     # --- reading ------------------------------------------------------------------------
 
-    async def pod_state(self, uid: str) -> PodRuntimeState:
-        """Sandboxes and containers labelled with ``uid``, newest first, with their statuses."""
+    async def pod_state(self, uid: str, *, reuse: bool = False) -> PodRuntimeState:
+        """Sandboxes and containers labelled with ``uid``, newest first, with their statuses.
+        ``reuse``: the state read last, when the PLEG's newest relist started after that read
+        and saw the same sandboxes and containers in the same states."""
+        if reuse and self._relisted is not None:
+            kept = self._states.get(uid)
+            view = self._relisted(uid)
+            if (
+                kept is not None
+                and view is not None
+                and view[0] > kept[0]
+                and view[1] == listing_of(kept[1])
+            ):
+                return kept[1]
+        acts = self._acts
+        state = await self._read_state(uid)
+        if self._relisted is not None:
+            if state.empty or self._acts != acts:
+                self._states.pop(uid, None)
+            else:
+                self._states[uid] = (asyncio.get_running_loop().time(), state)
+        return state
+
+    async def _read_state(self, uid: str) -> PodRuntimeState:
         selector = {POD_UID: uid}
         listed = await self._runtime.list_pod_sandbox(cri.PodSandboxFilter(label_selector=selector))
         sandboxes = list(newest_first(listed_sandbox_record(s) for s in listed))
@@ -222,7 +266,7 @@ class RuntimeManager:
         pod: Pod,
         state: PodRuntimeState,
         *,
-        inputs: EnvInputs,
+        inputs: EnvInputs | Callable[[], Awaitable[EnvInputs]],
         host_dns: ResolvConf,
         on_event: Callable[[PodEvent], None] | None = None,
         volumes: PodMounts | None = None,
@@ -233,7 +277,9 @@ class RuntimeManager:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
         ``startup``: the startup probes' results by container id; ``failed_probes``
-        (container ID -> ``liveness``/``startup``) names the containers the prober condemned."""
+        (container ID -> ``liveness``/``startup``) names the containers the prober condemned.
+        ``inputs``: the containers' environment inputs, or how to get them: asked only when a
+        container is to start (a periodic sync of a running pod fetches none)."""
         result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(
             pod, state, failed_probes, startup=startup, resize_restarts=resize_restarts
@@ -245,6 +291,15 @@ class RuntimeManager:
             pod_uid=pod.uid,
             actions=str(actions),
         )
+        if (
+            actions.create_sandbox
+            or actions.kill_pod
+            or actions.containers_to_kill
+            or actions.ephemeral_containers_to_start
+            or actions.init_containers_to_start
+            or actions.containers_to_start
+        ):
+            self._acting(pod.uid)
         grace = termination_grace_period(pod)
         if actions.create_sandbox and actions.sandbox_id:
             result.event("Normal", "SandboxChanged", SANDBOX_CHANGED_MESSAGE)
@@ -283,9 +338,16 @@ class RuntimeManager:
             if created is None:
                 return result
             sandbox_id, pod_ips = created
+        if not (
+            actions.ephemeral_containers_to_start
+            or actions.init_containers_to_start
+            or actions.containers_to_start
+        ):
+            return result
+        env = inputs if isinstance(inputs, EnvInputs) else await inputs()
         if pod.spec.host_network:
-            pod_ips = pod_ips or inputs.host_ips
-        inputs = dataclasses.replace(inputs, pod_ips=tuple(pod_ips))
+            pod_ips = pod_ips or env.host_ips
+        env = dataclasses.replace(env, pod_ips=tuple(pod_ips))
         # The kubelet's step 5: ephemeral containers first, so that a debug container runs
         # even while an init container keeps failing.
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
@@ -297,7 +359,7 @@ class RuntimeManager:
                 state=state,
                 sandbox_id=sandbox_id,
                 sandbox_config=sandbox_config,
-                inputs=inputs,
+                inputs=env,
                 result=result,
                 volumes=volumes or NoVolumes(),
             )
@@ -626,7 +688,12 @@ class RuntimeManager:
         OOM score and unified values); raises ``CriError``/``ContainerConfigError``."""
         settings = await self._resolved_settings()
         linux = linux_resources(pod, container, settings)
-        await self._runtime.update_container_resources(container_id, linux)
+        self._acting(pod.uid)
+        self.resources_updated += 1
+        try:
+            await self._runtime.update_container_resources(container_id, linux)
+        finally:
+            self.resources_updated += 1
         self._log.v(2).info(
             "Updated container resources",
             pod_namespace=pod.namespace,
@@ -689,6 +756,8 @@ class RuntimeManager:
         the wait for the containers that must stop first (sidecars), then StopContainer with
         what is left (at least 2 s, unless ``override``)."""
         spec = _container_spec(pod, name) if pod is not None else None
+        if pod is not None:
+            self._acting(pod.uid)
         if result is not None:
             result.event(
                 "Normal", "Killing", message or f"Stopping container {name}", container=name
@@ -773,6 +842,7 @@ class RuntimeManager:
         """Stop every running container within ``grace`` seconds (at least 2 unless
         ``override``), in parallel: app containers first, then sidecars in reverse order,
         all sharing the grace period; then every ready sandbox."""
+        self._acting(state.uid)
         running = [
             c
             for c in state.containers
@@ -810,6 +880,7 @@ class RuntimeManager:
     async def remove_pod(self, state: PodRuntimeState) -> None:
         """Remove what is left of a pod that is gone: containers, sandboxes, logs, its
         managed /etc/hosts."""
+        self._acting(state.uid)
         for record in state.containers:
             await self._remove_container(state.name, state.namespace, record)
         for sandbox in state.sandboxes:

@@ -8,9 +8,9 @@ Timestamps are nanoseconds since the epoch, as CRI reports them (0 = not yet).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
@@ -179,6 +179,30 @@ def listed_container_record(container: cri.Container) -> ContainerRecord:
         image_ref=container.image_ref,
         sandbox_id=container.pod_sandbox_id,
     )
+
+
+LISTED_RUNNING: Final = "running"
+LISTED_EXITED: Final = "exited"
+LISTED_UNKNOWN: Final = "unknown"
+_LISTED: Final = {
+    ContainerState.RUNNING: LISTED_RUNNING,
+    ContainerState.EXITED: LISTED_EXITED,
+}
+
+Listing = frozenset[tuple[str, str]]
+"""A pod as a relist sees it: each sandbox and container id with its coarse state
+(``running``: a ready sandbox or a running container, ``exited``, ``unknown``)."""
+
+RelistView = Callable[[str], "tuple[float, Listing] | None"]
+"""The PLEG's last successful relist: (event-loop time it started, the pod's :data:`Listing`,
+empty when the relist saw nothing of it); None before the first relist."""
+
+
+def listing_of(state: PodRuntimeState) -> Listing:
+    """``state`` as a relist would see it (the PLEG's ``group`` of the same objects)."""
+    sandboxes = ((s.id, LISTED_RUNNING if s.ready else LISTED_EXITED) for s in state.sandboxes)
+    containers = ((c.id, _LISTED.get(c.state, LISTED_UNKNOWN)) for c in state.containers)
+    return frozenset((*sandboxes, *containers))
 
 
 def newest_first(records: Iterable[_R]) -> tuple[_R, ...]:

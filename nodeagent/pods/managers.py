@@ -123,6 +123,14 @@ class PodManagers:
     services_cache: WatchCache | None = None
     cm: ContainerManager | None = None
     allocation: AllocationManager | None = None
+    runtime: RuntimeManager | None = None
+
+    def limits_generation(self) -> int:
+        """Moves whenever the agent writes a pod cgroup's limits or resizes a container (the
+        stats sampler then reads every pod's and container's limits again)."""
+        written = self.cm.limits_written if self.cm is not None else 0
+        updated = self.runtime.resources_updated if self.runtime is not None else 0
+        return written + updated
 
     async def evict(self, pod: Pod, eviction: Eviction) -> None:
         """The eviction manager's terminator (see :func:`evict_pod`)."""
@@ -259,12 +267,15 @@ def pod_managers(
     def allocatable() -> Mapping[str, str] | None:
         return node_allocatable(get_node())
 
+    sync_events = SyncEvents()
+    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     runtime = RuntimeManager(
         runtime=connection,
         images=connection,
         settings=settings,
         clock=clock,
         cgroup_driver=connection.cgroup_driver,
+        relisted=pleg.listed,
     )
 
     def allocatable_memory() -> int | None:
@@ -291,7 +302,6 @@ def pod_managers(
         swap=settings.swap,
         events=events,
     )
-    sync_events = SyncEvents()
     prober = ProberManager(
         io=ProbeIO(
             runtime=connection,
@@ -325,7 +335,6 @@ def pod_managers(
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
-    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=node_name,
         events=sync_events,
@@ -382,4 +391,5 @@ def pod_managers(
         services_cache=services_cache,
         cm=cm,
         allocation=allocation,
+        runtime=runtime,
     )

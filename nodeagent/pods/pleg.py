@@ -9,6 +9,11 @@ as containers (ready = running). Events go to ``on_event``, only on change.
 
 ``health()`` is the kubelet's PLEG health check: unhealthy when no relist succeeded for 3
 minutes (``pleg was last seen active 3m0.5s ago; threshold is 3m0s``).
+
+``listed(uid)`` gives the runtime manager what the last relist saw of a pod (and when that
+relist started), so a periodic sync of a pod whose sandboxes and containers did not change
+reuses the state it read before instead of asking the runtime again (the kubelet's pod
+workers read the PLEG's cache the same way).
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from typing import Final
 from nodeagent.kuberuntime import CriError, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_NAME, POD_NAMESPACE, POD_UID
+from nodeagent.kuberuntime.runtime_state import (
+    LISTED_EXITED,
+    LISTED_RUNNING,
+    LISTED_UNKNOWN,
+    Listing,
+)
 from nodeagent.log import Logger, get_logger
 
 RELIST_PERIOD: Final = 1.0
@@ -44,9 +55,9 @@ class PodLifecycleEvent:
 
 
 class _State(enum.Enum):
-    RUNNING = "running"
-    EXITED = "exited"
-    UNKNOWN = "unknown"
+    RUNNING = LISTED_RUNNING
+    EXITED = LISTED_EXITED
+    UNKNOWN = LISTED_UNKNOWN
     NON_EXISTENT = "non-existent"
 
 
@@ -133,6 +144,7 @@ class GenericPleg:
         self._log = log or get_logger("pleg")
         self._pods: dict[str, RelistedPod] = {}
         self._last_relist: float | None = None
+        self._relist_started: float | None = None
         self._relisted = asyncio.Event()
         self._failing = False
 
@@ -143,6 +155,17 @@ class GenericPleg:
     def pods(self) -> dict[str, RelistedPod]:
         """What the last relist saw, by pod uid."""
         return dict(self._pods)
+
+    def listed(self, uid: str) -> tuple[float, Listing] | None:
+        """(when the last successful relist started, what it saw of pod ``uid``); None
+        before the first one."""
+        if self._relist_started is None:
+            return None
+        pod = self._pods.get(uid)
+        listing: Listing = (
+            frozenset((cid, s.value) for cid, s in pod.states.items()) if pod else frozenset()
+        )
+        return self._relist_started, listing
 
     @property
     def relisted_once(self) -> bool:
@@ -169,6 +192,7 @@ class GenericPleg:
             await asyncio.sleep(self._period)
 
     async def relist(self) -> None:
+        started = asyncio.get_running_loop().time()
         try:
             sandboxes = await self._runtime.list_pod_sandbox()
             containers = await self._runtime.list_containers()
@@ -190,5 +214,6 @@ class GenericPleg:
                 for event in events_for(uid, cid, before, after):
                     self._on_event(event)
         self._pods = current
+        self._relist_started = started
         self._last_relist = asyncio.get_running_loop().time()
         self._relisted.set()

@@ -386,7 +386,9 @@ class PodSync:
             # From here on the pod is as allocated: a resize the node has not accepted
             # (PodResizePending) changes nothing that runs.
             pod = await self._allocation.allocate(pod)
-        state = await self._runtime.pod_state(pod.uid)
+        # A periodic sync of a pod nothing happened to reuses the state read last (the PLEG
+        # relisted it unchanged since); every sync after an action reads it again.
+        state = await self._runtime.pod_state(pod.uid, reuse=True)
         view = self._resize_view(pod)
         reported = self._report(pod, state, terminal=False)
         if reported["phase"] in TERMINAL:
@@ -402,12 +404,12 @@ class PodSync:
                 self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
             if not volumes.ready:
                 return SyncOutcome(retry_in=volumes.retry_in, wake_in=wake_in)
-        inputs = await self._env.inputs(pod)
         restarts, resized = await self._resize(pod, state)
         result = await self._runtime.sync_pod(
             pod,
             state,
-            inputs=inputs,
+            # fetched (ConfigMaps, Secrets, Services) only when a container is to start
+            inputs=lambda: self._env.inputs(pod),
             host_dns=await self._host_dns(),
             on_event=self._on_event(pod),
             volumes=volumes,

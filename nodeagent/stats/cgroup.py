@@ -12,6 +12,15 @@ driver: cgroupfs ``kubepods/burstable/pod<uid>/<container id>`` and systemd
 cri-containerd-<id>.scope``. Parsing is pure; :func:`sample_tree` is the blocking edge (plain
 ``open().read()`` of every file in one batch, run in ``asyncio.to_thread`` once per
 housekeeping interval).
+
+``memory.max`` and ``pids.max`` of a pod or container cgroup change only when someone writes
+them: the agent (a pod's cgroup, an in-place resize) or the runtime when it creates the cgroup.
+With a :class:`SampleCache` a pass reads them for a cgroup until two passes in a row agree,
+then reuses them and reads them again every ``refresh`` passes (spread over the passes) and
+for every cgroup at once after :meth:`SampleCache.clear` (the agent wrote limits). The root
+and kubepods cgroups are always read in full. The cache also keeps each pod and container
+cgroup's last ``cpu.stat``, ``io.stat`` and PSI texts with what they parsed to: an idle
+container's are the same pass after pass, and the same text is not parsed again.
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, TypeVar, cast
 
 CGROUP_ROOT: Final = "/sys/fs/cgroup"
 PROC_PRESSURE: Final = "/proc/pressure"
@@ -161,10 +170,87 @@ def _read(path: str, dir_fd: int | None = None) -> str | None:
         os.close(fd)
 
 
-def read_cgroup(path: str) -> CgroupSample:
+Limits = tuple[int | None, int | None]
+"""A cgroup's ``memory.max`` and ``pids.max`` as a sample holds them (None: ``max`` or none)."""
+
+LIMITS_REFRESH_PASSES: Final = 6
+"""How many passes a cgroup's confirmed limits are reused before they are read again."""
+
+
+@dataclass(slots=True)
+class SampleCache:
+    """What the sampler keeps of the pod and container cgroups across passes: their
+    ``memory.max`` / ``pids.max`` and their last parsed texts (touched only by the sampling
+    thread, one pass at a time)."""
+
+    refresh: int = LIMITS_REFRESH_PASSES
+    passes: int = 0
+    reads: int = 0
+    """Cgroups whose limit files were read (what the cache spares is counted in tests)."""
+    _seen: dict[str, Limits] = field(default_factory=dict)
+    """Read once: kept when the next pass reads the same."""
+    _kept: dict[str, tuple[int, Limits]] = field(default_factory=dict)
+    """Confirmed: (the pass they expire at, the limits)."""
+    parsed: dict[str, dict[str, tuple[str, Any]]] = field(default_factory=dict)
+    """Cgroup path -> file -> (its last text, what it parsed to)."""
+
+    def clear(self) -> None:
+        """Read every cgroup's limits again (the parse memo stays: it is exact)."""
+        self._seen.clear()
+        self._kept.clear()
+
+    def get(self, path: str) -> Limits | None:
+        kept = self._kept.get(path)
+        if kept is None or kept[0] <= self.passes:
+            return None
+        return kept[1]
+
+    def put(self, path: str, limits: Limits) -> None:
+        self.reads += 1
+        if self._seen.get(path) == limits or path in self._kept:
+            self._seen.pop(path, None)
+            # Spread the refreshes over the passes, so a node's pods (created together) are not
+            # all read again in the same pass.
+            spread = hash(path) % self.refresh if path not in self._kept else 0
+            self._kept[path] = (self.passes + self.refresh - spread, limits)
+        else:
+            self._seen[path] = limits
+            self._kept.pop(path, None)
+
+    def end_pass(self, present: set[str]) -> None:
+        """Forget the cgroups this pass did not find (removed)."""
+        self.passes += 1
+        for table in (self._seen, self._kept, self.parsed):
+            for path in [p for p in table if p not in present]:
+                del table[path]
+
+
+_T = TypeVar("_T")
+
+
+def _parse(
+    memo: dict[str, tuple[str, Any]] | None, name: str, text: str, parse: Callable[[str], _T]
+) -> _T:
+    """``parse(text)``, or what the same text of the same file parsed to last pass."""
+    if memo is None:
+        return parse(text)
+    last = memo.get(name)
+    if last is not None and last[0] == text:
+        return cast(_T, last[1])
+    value = parse(text)
+    memo[name] = (text, value)
+    return value
+
+
+def read_cgroup(
+    path: str,
+    limits: Limits | None = None,
+    memo: dict[str, tuple[str, Any]] | None = None,
+) -> CgroupSample:
     """Blocking: every stat file of one cgroup directory (missing files are left out). The
     files are opened relative to the directory, so the kernel walks the path once, not ten
-    times."""
+    times. ``limits``: ``memory.max`` and ``pids.max`` as known already (not read);
+    ``memo``: the cgroup's texts parsed last pass (see :func:`_parse`), updated."""
     try:
         dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -172,28 +258,45 @@ def read_cgroup(path: str) -> CgroupSample:
     try:
         cpu = _read("cpu.stat", dir_fd)
         mem_cur = _read("memory.current", dir_fd)
-        mem_max = _read("memory.max", dir_fd)
+        mem_max = _read("memory.max", dir_fd) if limits is None else None
         mem = _read("memory.stat", dir_fd)
         io = _read("io.stat", dir_fd)
         pids = _read("pids.current", dir_fd)
-        pids_max = _read("pids.max", dir_fd)
+        pids_max = _read("pids.max", dir_fd) if limits is None else None
         psi: dict[str, Psi] = {}
         for resource in PSI_RESOURCES:
-            text = _read(PRESSURE_FILES[resource], dir_fd)
-            if text is not None and (parsed := parse_psi(text)) is not None:
+            name = PRESSURE_FILES[resource]
+            text = _read(name, dir_fd)
+            if text is not None and (parsed := _parse(memo, name, text, parse_psi)) is not None:
                 psi[resource] = parsed
     finally:
         os.close(dir_fd)
+    if limits is None:
+        limits = (
+            _max(mem_max) if mem_max is not None else None,
+            _max(pids_max) if pids_max is not None else None,
+        )
     return CgroupSample(
-        cpu=parse_flat_keyed(cpu) if cpu is not None else {},
+        cpu=_parse(memo, "cpu.stat", cpu, parse_flat_keyed) if cpu is not None else {},
         memory_current=int(mem_cur) if mem_cur and mem_cur.strip().isdigit() else None,
-        memory_max=_max(mem_max) if mem_max is not None else None,
+        memory_max=limits[0],
         memory=parse_flat_keyed(mem, MEMORY_STAT_KEYS) if mem is not None else {},
-        io=parse_io_stat(io) if io is not None else {},
+        io=_parse(memo, "io.stat", io, parse_io_stat) if io is not None else {},
         pids_current=int(pids) if pids and pids.strip().isdigit() else None,
-        pids_max=_max(pids_max) if pids_max is not None else None,
+        pids_max=limits[1],
         psi=psi,
     )
+
+
+def _read_kept(path: str, cache: SampleCache | None) -> CgroupSample:
+    if cache is None:
+        return read_cgroup(path)
+    known = cache.get(path)
+    memo = cache.parsed.setdefault(path, {})
+    sample = read_cgroup(path, known, memo)
+    if known is None:
+        cache.put(path, (sample.memory_max, sample.pids_max))
+    return sample
 
 
 def read_node_pressure(proc_pressure: str = PROC_PRESSURE) -> dict[str, Psi]:
@@ -256,9 +359,11 @@ def sample_tree(
     timestamp_ns: int,
     root: str = CGROUP_ROOT,
     proc_pressure: str = PROC_PRESSURE,
+    cache: SampleCache | None = None,
 ) -> TreeSample:
     """Blocking: read the root cgroup, /proc/pressure, kubepods and every pod and container
-    cgroup below it (QoS level directories are walked through, not sampled)."""
+    cgroup below it (QoS level directories are walked through, not sampled); the pods' and
+    containers' limits and parsed texts through ``cache`` when given."""
     sample = TreeSample(
         monotonic=monotonic,
         timestamp_ns=timestamp_ns,
@@ -267,6 +372,8 @@ def sample_tree(
     )
     kubepods = find_kubepods(root)
     if kubepods is None:
+        if cache is not None:
+            cache.end_pass(set())
         return sample
     sample.kubepods = read_cgroup(kubepods)
     sample.kubepods_path = kubepods
@@ -278,13 +385,15 @@ def sample_tree(
                 if not entry.name.endswith(".scope"):
                     pending.append(entry.path)  # a QoS level
                 continue
-            sample.pods[uid] = read_cgroup(entry.path)
+            sample.pods[uid] = _read_kept(entry.path, cache)
             sample.pod_paths[uid] = entry.path
             for child in _subdirs(entry.path):
                 cid = container_id_from_dir(child.name)
                 if cid is not None:
-                    sample.containers[cid] = read_cgroup(child.path)
+                    sample.containers[cid] = _read_kept(child.path, cache)
                     sample.container_paths[cid] = child.path
+    if cache is not None:
+        cache.end_pass({*sample.pod_paths.values(), *sample.container_paths.values()})
     return sample
 
 

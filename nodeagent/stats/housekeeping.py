@@ -7,6 +7,10 @@ cgroup in one batch (a worker thread, plain reads), keeps that sample and the on
 ``pass_cpu_seconds`` record what the last pass cost, and ``nodeagent_stats_housekeeping_*`` on
 ``/metrics`` every pass's (``metrics.py``). On a cgroup v1 host it never samples
 (:attr:`enabled` is false) and the summary keeps to CRI stats.
+
+The pods' and containers' ``memory.max`` / ``pids.max`` are kept across passes
+(``cgroup.SampleCache``): read again every few passes, and for every cgroup as soon as
+``limits_generation()`` moves (the agent wrote a pod cgroup's limits or resized a container).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from nodeagent.stats.cgroup import (
     CGROUP_ROOT,
     PROC_PRESSURE,
     CgroupSample,
+    SampleCache,
     TreeSample,
     sample_tree,
 )
@@ -47,14 +52,20 @@ class CgroupStats:
         root: str = CGROUP_ROOT,
         proc_pressure: str = PROC_PRESSURE,
         sampler: Callable[..., TreeSample] = sample_tree,
+        limits_generation: Callable[[], int] | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``limits_generation``: a count the agent moves whenever it writes cgroup limits;
+        without it the pods' limits are read on every pass."""
         self._clock = clock
         self.enabled = enabled
         self._interval = interval
         self._root = root
         self._proc_pressure = proc_pressure
         self._sampler = sampler
+        self._limits_generation = limits_generation
+        self._limits = SampleCache() if limits_generation is not None else None
+        self._generation: int | None = None
         self._log = log or get_logger("stats.cgroup")
         self.latest: TreeSample | None = None
         self.previous: TreeSample | None = None
@@ -87,6 +98,11 @@ class CgroupStats:
         async with self._lock:
             mono = self._clock.monotonic()
             ts = int(self._clock.now().timestamp() * 1e9)
+            if self._limits is not None and self._limits_generation is not None:
+                generation = self._limits_generation()
+                if generation != self._generation:
+                    self._limits.clear()
+                    self._generation = generation
             started = time.perf_counter()
             sample = await asyncio.to_thread(self._timed_sample, mono, ts)
             self.pass_seconds = time.perf_counter() - started
@@ -101,7 +117,11 @@ class CgroupStats:
     def _timed_sample(self, mono: float, ts: int) -> TreeSample:
         cpu0 = time.thread_time()
         sample = self._sampler(
-            monotonic=mono, timestamp_ns=ts, root=self._root, proc_pressure=self._proc_pressure
+            monotonic=mono,
+            timestamp_ns=ts,
+            root=self._root,
+            proc_pressure=self._proc_pressure,
+            cache=self._limits,
         )
         self.pass_cpu_seconds = time.thread_time() - cpu0
         return sample

@@ -41,6 +41,8 @@ class Mounter(Protocol):
 
 def _unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as ``\\ooo``."""
+    if "\\" not in field:  # nearly every mount point: nothing to undo
+        return field
     out, i = [], 0
     while i < len(field):
         if field[i] == "\\" and i + 4 <= len(field) and field[i + 1 : i + 4].isdigit():

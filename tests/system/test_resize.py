@@ -82,11 +82,15 @@ def test_resize_reaches_the_pod_and_container_cgroups(
             name,
             {"requests": {"cpu": "200m"}, "limits": {"cpu": "400m", "memory": "128Mi"}},
         )
+        # The kubelet's order: the pod cgroup widened first, then each container, so wait
+        # for both (reading the container right after the pod cgroup raced the update).
         wait_until(
             vm,
-            f"grep -qx '40000 100000' {path}/cpu.max && grep -qx {128 * MIB} {path}/memory.max",
+            f"grep -qx '40000 100000' {path}/cpu.max && grep -qx {128 * MIB} {path}/memory.max"
+            f" && grep -qx '40000 100000' {container}/cpu.max"
+            f" && grep -qx {128 * MIB} {container}/memory.max",
             timeout=90,
-            what="the pod cgroup resized",
+            what="the pod and container cgroups resized",
         )
         assert _files(vm, path) == {
             "cpu.weight": str(weight_of_shares(204)),

@@ -52,6 +52,7 @@ class Stack:
     workers: PodWorkers | None = None
     podsync: PodSync | None = None
     allocation: AllocationManager | None = None
+    manager: RuntimeManager | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -120,11 +121,17 @@ async def running_stack(
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
 
+    sync_events = SyncEvents()
+    pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
     manager = RuntimeManager(
-        runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=files
+        runtime=runtime,
+        images=runtime,
+        settings=SETTINGS,
+        clock=clock,
+        files=files,
+        relisted=pleg.listed,
     )
     status = StatusManager(api=server, deleter=PlainDeleter(api=server))
-    sync_events = SyncEvents()
     prober = ProberManager(
         io=ProbeIO(runtime=runtime, user_agent="kube-probe/1.36"),
         pod_status=status.last_status,
@@ -156,7 +163,6 @@ async def running_stack(
         allocation=allocation_manager,
     )
     workers = PodWorkers(syncer=podsync)
-    pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
     sync_loop = SyncLoop(
         node_name=NODE,
         events=sync_events,
@@ -170,7 +176,16 @@ async def running_stack(
         shutting_down=shutting_down,
     )
     stack = Stack(
-        server, runtime, files, status, sync_loop, prober, workers, podsync, allocation_manager
+        server,
+        runtime,
+        files,
+        status,
+        sync_loop,
+        prober,
+        workers,
+        podsync,
+        allocation=allocation_manager,
+        manager=manager,
     )
     for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))

@@ -85,3 +85,41 @@ async def test_failed_relist_keeps_the_last_view() -> None:
     await pleg.relist()
     assert events == []
     assert list(pleg.pods()) == ["u1"]
+
+
+async def test_the_last_relist_is_what_the_runtime_manager_reads_of_a_pod() -> None:
+    """``listed(uid)``: when the last relist started and each sandbox and container id with
+    its state, as ``runtime_state.listing_of`` writes a state read through CRI."""
+    from nodeagent.clock import FrozenClock
+    from nodeagent.kuberuntime.manager import RuntimeManager
+    from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+    from nodeagent.kuberuntime.runtime_state import listing_of
+
+    runtime = FakeRuntime()
+    runtime.add_image(BUSYBOX)
+    pleg = GenericPleg(runtime=runtime, on_event=lambda e: None)
+    assert pleg.listed("u1") is None  # no relist yet
+    sandbox, cid = await start_pod(runtime)
+    manager = RuntimeManager(
+        runtime=runtime,
+        images=runtime,
+        settings=PodRuntimeSettings(node_name="n"),
+        clock=FrozenClock(),
+        relisted=pleg.listed,
+    )
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    await asyncio.sleep(1)
+    await pleg.relist()
+    started, listing = pleg.listed("u1") or (0.0, frozenset())
+    assert started >= before + 1
+    assert listing == {(sandbox, "running"), (cid, "running")}
+    assert listing == listing_of(await manager.pod_state("u1"))
+    assert pleg.listed("other") == (started, frozenset())
+
+    runtime.exit_container(cid, exit_code=1)
+    await asyncio.sleep(1)
+    await pleg.relist()
+    _, listing = pleg.listed("u1") or (0.0, frozenset())
+    assert listing == {(sandbox, "running"), (cid, "exited")}
+    assert listing == listing_of(await manager.pod_state("u1"))

@@ -122,8 +122,15 @@ async def static_stack(
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
 
+    events = SyncEvents()
+    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
     manager = RuntimeManager(
-        runtime=runtime, images=runtime, settings=SETTINGS, clock=clock, files=MemoryFiles()
+        runtime=runtime,
+        images=runtime,
+        settings=SETTINGS,
+        clock=clock,
+        files=MemoryFiles(),
+        relisted=pleg.listed,
     )
     podsync = PodSync(
         runtime=manager,
@@ -134,8 +141,6 @@ async def static_stack(
         host_ips=lambda: (),
     )
     workers = PodWorkers(syncer=podsync)
-    events = SyncEvents()
-    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
     sync_loop = SyncLoop(
         node_name=NODE,
         events=events,
