@@ -651,6 +651,9 @@ async def test_a_terminating_pod_goes_unready_at_once_and_its_liveness_is_off(
             within=90,
             explain=lambda: (pod().get("status"), node.log_tail(1500)),
         )
+        # False (the readiness probe's initial delay) then True: the False's reason is gone
+        assert "reason" not in condition(pod(), "Ready"), condition(pod(), "Ready")
+        assert "message" not in condition(pod(), "ContainersReady"), pod()["status"]
         code, answer = control_plane.api_request("DELETE", path)
         assert code == 200, (code, answer)
         deleted = time.monotonic()

@@ -68,6 +68,10 @@ async def test_readiness_drives_the_ready_flag_and_the_pods_ready_conditions() -
         codes["check"] = 0
         await until(lambda: app_status(server).get("ready") is True, within=5)
         assert conditions(server)["Ready"] == "True"
+        # the reason and message of the False condition go with it, not merged into the True
+        for kind in ("Ready", "ContainersReady"):
+            assert "reason" not in condition(server, kind), condition(server, kind)
+            assert "message" not in condition(server, kind), condition(server, kind)
         codes["check"] = 1
         await until(lambda: conditions(server).get("Ready") == "False", within=5)
 

@@ -455,6 +455,20 @@ def test_the_status_patch_carries_only_the_agents_conditions_and_replaces_ip_lis
     assert [c["type"] for c in s["conditions"]][1] == "example.com/lb"  # the input is untouched
 
 
+def test_a_condition_without_reason_or_message_deletes_the_old_ones() -> None:
+    s = status(pod(), record("app", ContainerState.RUNNING))
+    s["conditions"].append({"type": "example.com/lb", "status": "True"})
+
+    by_type = {c["type"]: c for c in status_patch(s)["conditions"]}
+
+    assert by_type["Ready"]["status"] == "True"
+    assert (by_type["Ready"]["reason"], by_type["Ready"]["message"]) == (None, None)
+    unready = status(pod(), record("app", ContainerState.EXITED, exit_code=1))
+    ready = {c["type"]: c for c in status_patch(unready)["conditions"]}["Ready"]
+    assert ready["reason"] == "ContainersNotReady"  # a reason it has is sent as it is
+    assert "example.com/lb" not in by_type  # nor is another's condition touched
+
+
 LATER = "2026-01-01T00:06:00Z"
 
 
