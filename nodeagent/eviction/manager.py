@@ -231,7 +231,11 @@ class EvictionManager:
     async def synchronize(self) -> list[Pod]:
         """One pass; returns the pods evicted (at most one for node pressure)."""
         if self._dedicated_image_fs is None and self._ask_dedicated_image_fs is not None:
-            self._dedicated_image_fs = await self._ask_dedicated_image_fs()
+            try:
+                self._dedicated_image_fs = await self._ask_dedicated_image_fs()
+            except CriError as e:  # as the kubelet: no pass until it is known
+                self._log.error("Eviction manager: failed to get HasDedicatedImageFs", error=str(e))
+                return []
         summary = await self._summary()
         observations = policy.observe(summary, allocatable_memory=self._allocatable_memory())
         usage = policy.pod_usage(summary)

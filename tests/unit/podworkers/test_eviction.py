@@ -14,6 +14,7 @@ from pod_stack import NODE, Stack, running_stack, until
 from nodeagent.apiserver import NODES, PODS
 from nodeagent.events import ObjectReference
 from nodeagent.eviction import EvictionManager, parse_thresholds
+from nodeagent.kuberuntime import CriUnavailable
 from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import evict_pod
 from nodeagent.podspec import Pod
@@ -401,4 +402,36 @@ async def test_local_storage_isolation_off_evicts_nothing(stack: Stack) -> None:
     node.storage = {over["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi)}
     m = manager(stack, node, events, local_storage=False)
     assert await m.synchronize() == []
+    assert status(stack, "over").get("phase") == "Running"
+
+
+async def test_the_image_fs_is_asked_once_and_a_dedicated_one_spares_the_writable_layer(
+    stack: Stack,
+) -> None:
+    over = seed(
+        stack.server,
+        "over",
+        containers=[
+            container("app", command=["sleep", "1d"], limits={"ephemeral-storage": "1Mi"}),
+            container("idle", command=["sleep", "1d"], limits={"ephemeral-storage": "50Mi"}),
+        ],
+    )
+    await until(lambda: status(stack, "over").get("phase") == "Running")
+    node, events = Node(), Events()
+    node.storage = {over["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi)}
+    asked: list[str] = []
+    answers: list[bool | Exception] = [CriUnavailable("ImageFsInfo: runtime down"), True]
+
+    async def dedicated() -> bool:
+        asked.append("ImageFsInfo")
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    m = manager(stack, node, events, dedicated_image_fs=dedicated)
+    assert await m.synchronize() == []  # not known yet: no pass at all, as the kubelet
+    assert await m.synchronize() == []  # the writable layer is on the image fs: not counted
+    assert await m.synchronize() == []
+    assert asked == ["ImageFsInfo", "ImageFsInfo"]
     assert status(stack, "over").get("phase") == "Running"
