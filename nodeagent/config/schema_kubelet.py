@@ -280,6 +280,14 @@ class KubeletConfiguration(Section, frozen=True):
     eviction_pressure_transition_period: Annotated[
         Duration, doc("How long a pressure condition stays after the signal clears.")
     ] = dur("5m")
+    local_storage_capacity_isolation: Annotated[
+        bool,
+        doc(
+            "Enforce the pods' local ephemeral storage limits: a pod whose emptyDir exceeds "
+            "its `sizeLimit`, or whose containers exceed their `limits.ephemeral-storage` "
+            "(each, or all together), is evicted, with or without disk pressure."
+        ),
+    ] = True
     housekeeping_interval: Annotated[
         Duration,
         doc("How often cgroup stats (CPU, memory, IO, pids, PSI) are sampled (cAdvisor's 10s)."),
