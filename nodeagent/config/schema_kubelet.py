@@ -229,6 +229,15 @@ class KubeletConfiguration(Section, frozen=True):
     fail_cgroup_v1: Annotated[
         bool, doc("Refuse to start on a cgroup v1 host (kubelet default since 1.35).")
     ] = field(name="failCgroupV1", default=True)
+    allowed_unsafe_sysctls: Annotated[
+        tuple[str, ...],
+        doc(
+            "Unsafe sysctls pods may set besides the safe ones, or prefixes ending in `*` "
+            "(`kernel.shm*`); only namespaced ones: `kernel.sem`, `kernel.shm*`, "
+            "`kernel.msg*`, `fs.mqueue.*`, `net.*`. Any other is refused at admission "
+            "(`SysctlForbidden`)."
+        ),
+    ] = ()
     seccomp_default: Annotated[
         bool, doc("Run containers without a `seccompProfile` under the runtime's default profile.")
     ] = False
