@@ -387,6 +387,8 @@ def eviction_manager(
         node_events=events,
         pod_events=events,
         on_change=on_change,
+        local_storage=k.local_storage_capacity_isolation,
+        dedicated_image_fs=stats.dedicated_image_fs,
     )
 
     def admit(pod: Pod) -> AdmitResult | None:

@@ -115,3 +115,48 @@ def milli_value(text: str | int | float) -> int:
 def value(text: str | int | float) -> int:
     """The quantity as an integer, rounded up (memory ``"1.5Ki"`` -> 1536)."""
     return math.ceil(parse_quantity(text))
+
+
+_GROUPS: Final = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""))
+_BINARY_UNITS: Final = sorted(_BINARY.items(), key=lambda kv: -kv[1])
+
+
+def quantity_format(text: str | int | float) -> str:
+    """The format ``resource.Quantity`` parses ``text`` in: ``BinarySI`` for a binary suffix
+    (``Mi``), ``DecimalExponent`` for ``e``/``E``, else ``DecimalSI`` (numbers too)."""
+    if isinstance(text, str):
+        body = text.strip()
+        if body.endswith(tuple(_BINARY)):
+            return "BinarySI"
+        if "e" in body or "E" in body:
+            return "DecimalExponent"
+    return "DecimalSI"
+
+
+def canonical(amount: Fraction | int, fmt: str = "DecimalSI") -> str:
+    """``Quantity.String()``: ``amount`` written canonically in format ``fmt`` (see
+    :func:`quantity_format`). BinarySI takes the largest binary suffix that divides it
+    exactly (``5Mi``, ``1536Ki``, else plain digits; below 1024 in magnitude it is written as
+    DecimalSI); DecimalSI groups trailing zeros by three (``5M``, ``1k``, ``1500``),
+    DecimalExponent the same as ``e<n>`` (``5e6``); a fraction in milli-, micro- or
+    nano-units (``500m``), rounded up to nano-units."""
+    v = Fraction(amount)
+    if v == 0:
+        return "0"
+    if v.denominator != 1:
+        nanos = math.ceil(v * _NANO)
+        for exp, suffix in ((6, "m"), (3, "u"), (0, "n")):
+            if nanos % 10**exp == 0:
+                return f"{nanos // 10**exp}{suffix}"
+    n = math.ceil(v)
+    if fmt == "BinarySI" and abs(n) >= 1024:
+        for suffix, bits in _BINARY_UNITS:
+            if n % 2**bits == 0:
+                return f"{n // 2**bits}{suffix}"
+        return str(n)
+    for exp, suffix in _GROUPS:
+        if n % 10**exp == 0:
+            if fmt == "DecimalExponent":
+                return f"{n // 10**exp}e{exp}" if exp else str(n)
+            return f"{n // 10**exp}{suffix}"
+    return str(n)

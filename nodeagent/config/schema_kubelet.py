@@ -229,6 +229,15 @@ class KubeletConfiguration(Section, frozen=True):
     fail_cgroup_v1: Annotated[
         bool, doc("Refuse to start on a cgroup v1 host (kubelet default since 1.35).")
     ] = field(name="failCgroupV1", default=True)
+    allowed_unsafe_sysctls: Annotated[
+        tuple[str, ...],
+        doc(
+            "Unsafe sysctls pods may set besides the safe ones, or prefixes ending in `*` "
+            "(`kernel.shm*`); only namespaced ones: `kernel.sem`, `kernel.shm*`, "
+            "`kernel.msg*`, `fs.mqueue.*`, `net.*`. Any other is refused at admission "
+            "(`SysctlForbidden`)."
+        ),
+    ] = ()
     seccomp_default: Annotated[
         bool, doc("Run containers without a `seccompProfile` under the runtime's default profile.")
     ] = False
@@ -280,6 +289,14 @@ class KubeletConfiguration(Section, frozen=True):
     eviction_pressure_transition_period: Annotated[
         Duration, doc("How long a pressure condition stays after the signal clears.")
     ] = dur("5m")
+    local_storage_capacity_isolation: Annotated[
+        bool,
+        doc(
+            "Enforce the pods' local ephemeral storage limits: a pod whose emptyDir exceeds "
+            "its `sizeLimit`, or whose containers exceed their `limits.ephemeral-storage` "
+            "(each, or all together), is evicted, with or without disk pressure."
+        ),
+    ] = True
     housekeeping_interval: Annotated[
         Duration,
         doc("How often cgroup stats (CPU, memory, IO, pids, PSI) are sampled (cAdvisor's 10s)."),

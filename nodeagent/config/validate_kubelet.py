@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nodeagent import sysctl
 from nodeagent.config import features, syntax
 from nodeagent.config.problem import Findings, child, entry, item, one_of, show
 from nodeagent.config.schema_kubelet import KubeletConfiguration
@@ -155,6 +156,8 @@ def _pods(k: KubeletConfiguration, out: Findings) -> None:
         )
     for i, ip in enumerate(k.cluster_dns):
         out.check(item(_p("clusterDNS"), i), ip, syntax.check_ip(ip))
+    for i, pattern in enumerate(k.allowed_unsafe_sysctls):
+        out.check(item(_p("allowedUnsafeSysctls"), i), pattern, sysctl.pattern_problem(pattern))
 
 
 def _images(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -> None:

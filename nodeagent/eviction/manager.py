@@ -11,6 +11,16 @@ pod, ranked as the kubelet ranks them, then waits (up to 30 s) for that pod to b
 neither the ranking nor the message; an accepted one counts from its acceptance, as the
 kubelet's allocation checkpoint does, before the containers are resized.
 
+With ``local_storage`` (the kubelet's ``localStorageCapacityIsolation``, on by default) each
+pass first evicts every active pod over one of its local ephemeral storage limits
+(:mod:`.localstorage`: an ``emptyDir`` over its ``sizeLimit``, the pod over its containers'
+total ``limits.ephemeral-storage``, a container over its own), with or without node pressure
+and before any ranking: grace 1 s, status Failed/``Evicted`` with the kubelet's message and
+no ``DisruptionTarget`` condition (the kubelet passes none for these), the ``Evicted`` Event;
+then it waits for them all to be cleaned up. Whether the images have a file system of their
+own (``dedicated_image_fs``, asked once as the kubelet's ``HasDedicatedImageFs``) decides
+whether a container's writable layer counts against its own limit.
+
 A memory threshold notifier (:meth:`EvictionManager.run_notifier`) polls the node's available
 memory every ``notifier_interval`` (one read of ``/proc/meminfo``, about 20 µs) and starts a
 synchronize at once when it falls under a memory threshold, so a fast spike is not left for up
@@ -28,7 +38,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink, pod_reference
-from nodeagent.eviction import policy
+from nodeagent.eviction import localstorage, policy
 from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
 from nodeagent.kuberuntime import CriError
 from nodeagent.log import Logger, get_logger
@@ -50,7 +60,7 @@ class Eviction:
     reason: str
     message: str
     grace_period: int
-    condition: Mapping[str, str]
+    condition: Mapping[str, str] | None
 
 
 class Terminator(Protocol):
@@ -80,8 +90,13 @@ class EvictionManager:
         on_change: Callable[[], None] = lambda: None,
         monitoring_interval: float = MONITORING_INTERVAL,
         notifier_interval: float = NOTIFIER_INTERVAL,
+        local_storage: bool = True,
+        dedicated_image_fs: Callable[[], Awaitable[bool]] | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``local_storage``: enforce the pods' local ephemeral storage limits
+        (``localStorageCapacityIsolation``); ``dedicated_image_fs``: whether the runtime's
+        image file system is not the root dir's (asked once; without it, not)."""
         self._thresholds = list(thresholds)
         self._transition = transition_period
         self._max_grace = max_pod_grace_period
@@ -98,6 +113,9 @@ class EvictionManager:
         self._on_change = on_change
         self._interval = monitoring_interval
         self._notifier_interval = notifier_interval
+        self._local_storage = local_storage
+        self._ask_dedicated_image_fs = dedicated_image_fs
+        self._dedicated_image_fs: bool | None = None if dedicated_image_fs else False
         self._log = log or get_logger("eviction")
         self._wake = asyncio.Event()
         self._conditions: list[str] = []
@@ -140,7 +158,7 @@ class EvictionManager:
     # --- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        if not self._thresholds:
+        if not self._thresholds and not self._local_storage:
             self._log.info("Eviction manager: no thresholds configured, not monitoring")
             await asyncio.Event().wait()
         async with asyncio.TaskGroup() as tg:
@@ -151,14 +169,14 @@ class EvictionManager:
                     evicted = await self.synchronize()
                 except CriError as e:  # the runtime is down or starting: the next pass retries
                     self._log.error("Eviction manager: failed to get summary stats", error=str(e))
-                    evicted = None
+                    evicted = []
                 except Exception as e:  # one bad pass must not stop eviction
                     self._log.exception("Eviction manager: failed to synchronize", error=str(e))
-                    evicted = None
-                if evicted is not None:
+                    evicted = []
+                if evicted:
                     self._log.info(
                         "Eviction manager: pods evicted, waiting for pod to be cleaned up",
-                        pods=f"{evicted.namespace}/{evicted.name}",
+                        pods=",".join(f"{p.namespace}/{p.name}" for p in evicted),
                     )
                     await self._wait_cleanup(evicted)
                 else:
@@ -172,17 +190,16 @@ class EvictionManager:
             pass
         self._wake.clear()
 
-    async def _wait_cleanup(self, pod: Pod) -> None:
+    async def _wait_cleanup(self, pods: list[Pod]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + POD_CLEANUP_TIMEOUT
+        names = ",".join(f"{p.namespace}/{p.name}" for p in pods)
         while loop.time() < deadline:
             await asyncio.sleep(POD_CLEANUP_POLL)
-            if self._cleaned_up(pod.uid):
-                self._log.info("Eviction manager: pods successfully cleaned up", pod=pod.name)
+            if all(self._cleaned_up(p.uid) for p in pods):
+                self._log.info("Eviction manager: pods successfully cleaned up", pods=names)
                 return
-        self._log.info(
-            "Eviction manager: timed out waiting for pods to be cleaned up", pod=pod.name
-        )
+        self._log.info("Eviction manager: timed out waiting for pods to be cleaned up", pods=names)
 
     def _memory_thresholds(self) -> list[Threshold]:
         return [
@@ -211,8 +228,14 @@ class EvictionManager:
                 self._wake.set()
             below = now_below
 
-    async def synchronize(self) -> Pod | None:
-        """One pass; returns the pod evicted, if any."""
+    async def synchronize(self) -> list[Pod]:
+        """One pass; returns the pods evicted (at most one for node pressure)."""
+        if self._dedicated_image_fs is None and self._ask_dedicated_image_fs is not None:
+            try:
+                self._dedicated_image_fs = await self._ask_dedicated_image_fs()
+            except CriError as e:  # as the kubelet: no pass until it is known
+                self._log.error("Eviction manager: failed to get HasDedicatedImageFs", error=str(e))
+                return []
         summary = await self._summary()
         observations = policy.observe(summary, allocatable_memory=self._allocatable_memory())
         usage = policy.pod_usage(summary)
@@ -234,8 +257,12 @@ class EvictionManager:
         actionable = policy.grace_period_met(self._first_observed, now)
         self._met = actionable
         self.last_observations = observations
+        if self._local_storage:
+            evicted = await self._local_storage_eviction(summary)
+            if evicted:
+                return evicted
         if not actionable:
-            return None
+            return []
         ordered = policy.by_eviction_priority(actionable)
         target = ordered[0]
         resource = target.resource
@@ -248,7 +275,7 @@ class EvictionManager:
                 "Eviction manager: able to reduce resource pressure without evicting pods.",
                 resource_name=resource,
             )
-            return None
+            return []
         self._log.info("Eviction manager: must evict pod(s) to reclaim", resource_name=resource)
         pods = self._active_pods()
         if not pods:
@@ -256,16 +283,13 @@ class EvictionManager:
                 "Eviction manager: eviction thresholds have been met, "
                 "but no pods are active to evict"
             )
-            return None
+            return []
         ranked = policy.rank(pods, usage, resource)
         self._log.info(
             "Eviction manager: pods ranked for eviction",
             pods=",".join(f"{p.namespace}/{p.name}" for p in ranked),
         )
         for pod in ranked:
-            if policy.is_critical(pod):
-                self._log.error("Eviction manager: cannot evict a critical pod", pod=pod.name)
-                continue
             grace = policy.IMMEDIATE_GRACE_PERIOD
             if not target.hard:
                 grace = (
@@ -275,21 +299,43 @@ class EvictionManager:
                 )
             message = policy.eviction_message(resource, pod, usage, actionable, observations)
             now_text = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-            eviction = Eviction(
-                reason=policy.REASON,
-                message=message,
-                grace_period=grace,
-                condition=policy.disruption_condition(message, now_text),
-            )
-            self._pod_events.record_for(pod_reference(pod), "Warning", policy.REASON, message)
-            self._log.info(
-                "Evicting pod", pod_namespace=pod.namespace, pod_name=pod.name, message=message
-            )
-            await self._terminator.evict(pod, eviction)
-            self.evicted.append(pod.uid)
-            return pod
+            condition = policy.disruption_condition(message, now_text)
+            if await self._evict(pod, grace, message, condition):
+                return [pod]
         self._log.info("Eviction manager: unable to evict any pods from the node")
-        return None
+        return []
+
+    async def _local_storage_eviction(self, summary: Json) -> list[Pod]:
+        """Every active pod over one of its local ephemeral storage limits, evicted at once
+        (``localStorageEviction``)."""
+        found = localstorage.violations(
+            self._active_pods(),
+            localstorage.storage_usage(summary),
+            dedicated_image_fs=bool(self._dedicated_image_fs),
+        )
+        evicted = []
+        for pod, message in found:
+            if await self._evict(pod, policy.IMMEDIATE_GRACE_PERIOD, message, None):
+                evicted.append(pod)
+        return evicted
+
+    async def _evict(
+        self, pod: Pod, grace: int, message: str, condition: Mapping[str, str] | None
+    ) -> bool:
+        """The kubelet's ``evictPod``: never a critical pod; the Event, then the kill."""
+        if policy.is_critical(pod):
+            self._log.error("Eviction manager: cannot evict a critical pod", pod=pod.name)
+            return False
+        self._pod_events.record_for(pod_reference(pod), "Warning", policy.REASON, message)
+        self._log.info(
+            "Evicting pod", pod_namespace=pod.namespace, pod_name=pod.name, message=message
+        )
+        eviction = Eviction(
+            reason=policy.REASON, message=message, grace_period=grace, condition=condition
+        )
+        await self._terminator.evict(pod, eviction)
+        self.evicted.append(pod.uid)
+        return True
 
     async def _reclaim_node_level(self, threshold: Threshold) -> bool:
         funcs = self._reclaim.get(threshold.signal, ())

@@ -152,22 +152,37 @@ def field_value(field_path: str, pod: Pod, inputs: EnvInputs) -> str:
 
 
 def resource_value(
-    ref: ResourceFieldSelector, pod: Pod, container: Container, inputs: EnvInputs
+    ref: ResourceFieldSelector,
+    pod: Pod,
+    container: Container,
+    inputs: EnvInputs,
+    *,
+    volume: bool = False,
 ) -> str:
-    target = container
+    """A ``resourceFieldRef`` as the kubelet renders it: the quantity divided by the divisor,
+    rounded up (cpu in thousandths first, as ``MilliValue()``); a ``limits`` value the
+    container does not set, or sets to zero, is the node's allocatable. ``container`` is the
+    one whose environment is made (used when the ref names none).
+
+    Which containers get that default follows the kubelet's two paths: for environment
+    variables (``defaultPodLimitsForDownwardAPI``) the container itself and the pod's regular
+    containers, not a named init container; for a downwardAPI volume (``volume=True``) the
+    named container, whatever its kind."""
+    target, defaulted = container, True
     if ref.container_name:
-        named = [c for c in (*pod.spec.containers, *pod.spec.init_containers)]
-        match = next((c for c in named if c.name == ref.container_name), None)
+        regular = next((c for c in pod.spec.containers if c.name == ref.container_name), None)
+        init = next((c for c in pod.spec.init_containers if c.name == ref.container_name), None)
+        match = regular or init
         if match is None:
             raise ContainerConfigError(f"container {ref.container_name} not found")
-        target = match
+        target, defaulted = match, regular is not None or volume
     kind, _, resource = ref.resource.partition(".")
     if kind not in ("limits", "requests") or not resource:
         raise ContainerConfigError(f"unsupported container resource : {ref.resource}")
     values = dict(getattr(target.resources, kind))
-    if kind == "limits":
+    if kind == "limits" and defaulted:
         for name in DEFAULTED_LIMITS:
-            if name not in values and name in inputs.node_allocatable:
+            if _unset(values.get(name)) and name in inputs.node_allocatable:
                 values[name] = inputs.node_allocatable[name]
     if resource not in ("cpu", "memory", "ephemeral-storage") and not resource.startswith(
         "hugepages-"
@@ -181,6 +196,16 @@ def resource_value(
     if resource == "cpu":  # in thousandths, as MilliValue() divides
         return str(math.ceil(math.ceil(amount * 1000) / math.ceil(divisor * 1000)))
     return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
+
+
+def _unset(raw: str | int | float | None) -> bool:
+    """No limit, or a zero one (``MergeContainerResourceLimits`` replaces both)."""
+    if raw is None:
+        return True
+    try:
+        return parse_quantity(raw) == 0
+    except ValueError:
+        return False  # reported when the value is read
 
 
 def _divisor(ref: ResourceFieldSelector) -> Fraction:

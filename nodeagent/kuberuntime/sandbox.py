@@ -19,6 +19,7 @@ from nodeagent.kuberuntime.dns import kernel_hostname, pod_dns
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.pods.qos import QOSClass, pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.sysctl import normalize_name
 
 PROTOCOLS: Final = {"TCP": api.TCP, "UDP": api.UDP, "SCTP": api.SCTP}
 POD_CGROUP_PREFIX: Final = "pod"
@@ -136,7 +137,9 @@ def linux_sandbox_config(pod: Pod, settings: PodRuntimeSettings) -> cri.LinuxPod
         if psc.fs_group is not None:
             sc.supplemental_groups.append(psc.fs_group)
         sc.supplemental_groups.extend(psc.supplemental_groups)
-        sysctls = {s.name: s.value for s in psc.sysctls}
+        # dotted names (net/ipv4/ip_forward -> net.ipv4.ip_forward): runc checks the dotted
+        # form against the namespaces it creates, as the kubelet converts them
+        sysctls = {normalize_name(s.name): s.value for s in psc.sysctls}
     return cri.LinuxPodSandboxConfig(
         cgroup_parent=pod_cgroup_parent(pod, settings), security_context=sc, sysctls=sysctls
     )

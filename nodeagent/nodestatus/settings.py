@@ -89,5 +89,6 @@ def settings_from_config(cfg: Config, *, hostname: str) -> NodeSettings:
         eviction_hard=MappingProxyType(dict(kubelet.eviction_hard)),
         kubelet_port=kubelet.port,
         rotate_certificates=kubelet.rotate_certificates,
+        local_storage_capacity_isolation=kubelet.local_storage_capacity_isolation,
         declared_features=features.declared(features.effective(kubelet.feature_gates)),
     )

@@ -7,7 +7,9 @@ linux, then the scheduler's resource fit on allocatable minus what the admitted 
 (``Node didn't have enough resource: cpu, requested: 500, used: 1800, capacity: 2000``).
 Features nodeagent does not implement are refused with a reason of their own. A quantity that
 cannot be computed with (decoding refuses those, so only a pod built another way) is the
-kubelet's ``UnexpectedAdmissionError``, never an exception. Pure.
+kubelet's ``UnexpectedAdmissionError``, never an exception. ``admit_sysctls`` is the kubelet's
+sysctl admit handler (it runs before the resource fit): a sysctl the node does not allow is
+``SysctlForbidden``. Pure.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Final
 
 from nodeagent.podspec import Container, Pod
 from nodeagent.quantity import milli_value, value
+from nodeagent.sysctl import FORBIDDEN_REASON, Allowlist
 
 CHECKED: Final = ("cpu", "memory", "ephemeral-storage")
 
@@ -138,6 +141,19 @@ def unsupported(pod: Pod) -> AdmitResult | None:
                         f"{where}.{field}: init container {c.name!r} has a probe; only "
                         "regular and sidecar (restartPolicy: Always) containers are probed",
                     )
+    return None
+
+
+def admit_sysctls(pod: Pod, allowlist: Allowlist) -> AdmitResult | None:
+    """None when every sysctl of the pod is on the node's ``allowlist`` (and its namespace is
+    the pod's own), else the kubelet's refusal for the first one that is not."""
+    context = pod.spec.security_context
+    for sysctl in context.sysctls if context is not None else ():
+        problem = allowlist.problem(
+            sysctl.name, host_network=pod.spec.host_network, host_ipc=pod.spec.host_ipc
+        )
+        if problem is not None:
+            return AdmitResult(False, FORBIDDEN_REASON, f"forbidden sysctl: {problem}")
     return None
 
 

@@ -10,6 +10,7 @@ Stopped in reverse: the mirror pods first, the CRI connection last. Without an A
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
+from nodeagent.sysctl import node_allowlist
 from nodeagent.volumemanager.content import content_source
 from nodeagent.volumemanager.manager import VolumeManager
 
@@ -215,6 +217,7 @@ def pod_managers(
     events: ObjectEventSink | None = None,
     node_events: EventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    kernel_release: str | None = None,
 ) -> PodManagers:
     """The pod managers for ``config``; ``get_node`` reads this node's Node object from the
     node cache (addresses for hostIP, allocatable for admission and the downward API).
@@ -223,7 +226,8 @@ def pod_managers(
     ``events``: where the pods' Events go (the node's ``EventRecorder``); none if omitted.
     ``node_events``: where the Node's Events go (garbage collection failures).
     ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
-    ``shutting_down``: while it holds, admission refuses new pods (node shutdown)."""
+    ``shutting_down``: while it holds, admission refuses new pods (node shutdown).
+    ``kernel_release``: which safe sysctls pods may set (``uname -r`` when omitted)."""
     settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
     connection = RuntimeConnection(
         endpoint=config.kubelet.container_runtime_endpoint,
@@ -348,6 +352,10 @@ def pod_managers(
         event_sink=events,
         shutting_down=shutting_down,
         allocated=allocation.allocated_pods,
+        sysctls=node_allowlist(
+            platform.release() if kernel_release is None else kernel_release,
+            config.kubelet.allowed_unsafe_sysctls,
+        ),
     )
     gc = gc_managers(
         config,

@@ -38,7 +38,7 @@ import msgspec
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.admission import AdmitResult, admit_pod
+from nodeagent.pods.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
@@ -46,12 +46,14 @@ from nodeagent.podspec import Pod
 from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
+from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist
 
 HOUSEKEEPING_PERIOD: Final = 2.0
 FAILED_VALIDATION: Final = "FailedValidation"
 UNREADABLE_POD: Final = "Pod cannot run on this node, its spec does not pass the node's checks"
 SHUTDOWN_REASON: Final = "NodeShutdown"
 SHUTDOWN_MESSAGE: Final = "Pod was rejected as the node is shutting down."
+ALL_SAFE_SYSCTLS: Final = Allowlist.build(name for name, _ in SAFE_SYSCTLS)
 
 
 class PodStore(Protocol):
@@ -164,11 +166,15 @@ class SyncLoop:
         event_sink: ObjectEventSink | None = None,
         shutting_down: Callable[[], bool] = lambda: False,
         allocated: Callable[[list[Pod]], list[Pod]] = list,
+        sysctls: Allowlist = ALL_SAFE_SYSCTLS,
         log: Logger | None = None,
     ) -> None:
         """``shutting_down``: the node shutdown manager's ``shutdown_in_progress``; while it
         holds, new pods are refused (``NodeShutdown``). ``allocated``: the admitted pods as
-        allocated (a resize the node has not accepted does not count against admission)."""
+        allocated (a resize the node has not accepted does not count against admission).
+        ``sysctls``: the sysctls pods may set (``sysctl.node_allowlist``); others are
+        ``SysctlForbidden``."""
+        self._sysctls = sysctls
         self._allocated = allocated
         self._node = node_name
         self._shutting_down = shutting_down
@@ -340,6 +346,8 @@ class SyncLoop:
             for handler in self.admit_handlers:
                 if (result := handler(pod)) is not None:
                     break
+            else:  # after the eviction manager's, as the kubelet orders its handlers
+                result = admit_sysctls(pod, self._sysctls)
         if result is None:
             allocatable = self._allocatable()
             if allocatable is None:

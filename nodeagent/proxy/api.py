@@ -2,7 +2,10 @@
 reads API fields.
 
 Follows kube-proxy: ExternalName and headless Services are not proxied, nor Services labelled
-``service.kubernetes.io/service-proxy-name`` (another proxy owns them); LoadBalancer ingress
+``service.kubernetes.io/service-proxy-name`` (another proxy owns them), nor EndpointSlices
+labelled ``service.kubernetes.io/headless`` (the EndpointSlice controller marks the slices of
+headless Services so; on a Service the label means nothing to the proxy: the controller never
+copies it to the slices); LoadBalancer ingress
 IPs with ``ipMode: Proxy`` are left to the load balancer; ``externalTrafficPolicy`` counts only
 for externally reachable Services; EndpointSlices belong to the Service named by their
 ``kubernetes.io/service-name`` label; an endpoint's missing ``ready`` means ready, missing
@@ -33,6 +36,7 @@ from nodeagent.proxy.validation import PROXY_NAME_LABEL, canonical_ip
 
 Obj = dict[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
 PortKey = tuple[str, Protocol]  # (port name, protocol)
 
 
@@ -45,6 +49,11 @@ def service_of_slice(obj: Obj) -> ServiceName | None:
     meta = _dict(obj.get("metadata"))
     service = _dict(meta.get("labels")).get(SERVICE_NAME_LABEL)
     return ServiceName(str(meta.get("namespace") or ""), str(service)) if service else None
+
+
+def proxied_slice(obj: Obj) -> bool:
+    """Whether an EndpointSlice's endpoints count: not when it is labelled headless."""
+    return HEADLESS_LABEL not in _dict(_dict(obj.get("metadata")).get("labels"))
 
 
 def service_ports(obj: Obj) -> list[ServicePort]:
@@ -168,3 +177,10 @@ SERVICES_ALL = Resource("", "v1", "services", "Service", namespaced=False)
 ENDPOINTSLICES_ALL = Resource(
     "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=False
 )
+
+# What the proxy's caches ask the apiserver for: kube-proxy's selectors, so the objects the
+# functions above leave out are not even sent (the slices of a large headless StatefulSet
+# Service), and adding a label turns into a DELETED event on the watch (removing it, ADDED).
+SERVICES_LABEL_SELECTOR = f"!{PROXY_NAME_LABEL}"
+SERVICES_FIELD_SELECTOR = "spec.clusterIP!=None"
+ENDPOINTSLICES_LABEL_SELECTOR = f"!{HEADLESS_LABEL}"

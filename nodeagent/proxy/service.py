@@ -21,7 +21,13 @@ from nodeagent.manager import Manager
 from nodeagent.nft.interface import NFTablesInterface
 from nodeagent.nft.objects import Family
 from nodeagent.nft.runner import NFTables
-from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL
+from nodeagent.proxy.api import (
+    ENDPOINTSLICES_ALL,
+    ENDPOINTSLICES_LABEL_SELECTOR,
+    SERVICES_ALL,
+    SERVICES_FIELD_SELECTOR,
+    SERVICES_LABEL_SELECTOR,
+)
 from nodeagent.proxy.conntrack import Conntrack, ConntrackTool
 from nodeagent.proxy.manager import ProxyManager
 from nodeagent.proxy.settings import TABLE, settings_from_config
@@ -112,6 +118,29 @@ class ServiceProxy:
         await self.manager.run()
 
 
+def proxy_caches(api: Api) -> tuple[WatchCache, WatchCache]:
+    """The proxy's own watch caches of Services and EndpointSlices, with kube-proxy's selectors:
+    no Service labelled ``service.kubernetes.io/service-proxy-name`` or headless, no
+    EndpointSlice labelled ``service.kubernetes.io/headless``. (The pods' Service environment
+    variables come from a cache of their own, unfiltered, as the kubelet's.)"""
+    services = WatchCache(
+        api=api,
+        resource=SERVICES_ALL,
+        label_selector=SERVICES_LABEL_SELECTOR,
+        field_selector=SERVICES_FIELD_SELECTOR,
+        name="cache:services",
+        forbidden_hint=RBAC_HINT,
+    )
+    slices = WatchCache(
+        api=api,
+        resource=ENDPOINTSLICES_ALL,
+        label_selector=ENDPOINTSLICES_LABEL_SELECTOR,
+        name="cache:endpointslices",
+        forbidden_hint=RBAC_HINT,
+    )
+    return services, slices
+
+
 def proxy_managers(
     config: Config,
     *,
@@ -126,12 +155,7 @@ def proxy_managers(
     ``proxy.enabled`` is false."""
     if not config.proxy.enabled:
         return []
-    services = WatchCache(
-        api=api, resource=SERVICES_ALL, name="cache:services", forbidden_hint=RBAC_HINT
-    )
-    slices = WatchCache(
-        api=api, resource=ENDPOINTSLICES_ALL, name="cache:endpointslices", forbidden_hint=RBAC_HINT
-    )
+    services, slices = proxy_caches(api)
     proxy = ServiceProxy(
         config=config,
         node_name=node_name,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nodeagent.log import Logger, get_logger
-from nodeagent.proxy.api import Obj, name_of, service_of_slice
+from nodeagent.proxy.api import Obj, name_of, proxied_slice, service_of_slice
 from nodeagent.proxy.model import ServiceName
 from nodeagent.proxy.validation import (
     VALUE_MAX,
@@ -116,7 +116,7 @@ class ServiceTracker:
             if hit is None or hit[0] is not obj:
                 name = name_of(obj)
                 key = (name.namespace, name.name)
-                hit = (obj, key, service_of_slice(obj))
+                hit = (obj, key, service_of_slice(obj) if proxied_slice(obj) else None)
                 added.append(hit)
             current[id(obj)] = hit
         for gone in seen.keys() - current.keys():

@@ -6,12 +6,20 @@ containers and sandboxes (start times), and samples the node. ``usageNanoCores``
 between two samples: the runtime's own when it gives one, else the previous sample kept here
 (none on the very first request for a container, as the kubelet); for the node a first request
 takes two samples 100 ms apart. The JSON is built by pure functions below.
+
+Disk figures: each container's ``rootfs`` is its writable layer as the runtime measures it
+(``ContainerStats.writable_layer``), ``logs`` what its log directory holds; each pod's
+``volume`` list and the rest of its ``ephemeral-storage`` (local ephemeral volumes,
+``etc-hosts``, pod-level log files) come from :class:`~nodeagent.stats.volumes.VolumeStats`
+(walked at most once per housekeeping interval, off the event loop), as the kubelet's
+``calcEphemeralStorage`` adds them up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,8 +32,9 @@ from nodeagent.log import get_logger
 from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
 from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
-from nodeagent.stats.housekeeping import CgroupStats
-from nodeagent.stats.node import FsSample, NodeSample, dir_usage, fs_sample, read_node_sample
+from nodeagent.stats.disk import PodDisk, VolumeStats, add_logs, ephemeral_storage, fs_json
+from nodeagent.stats.housekeeping import HOUSEKEEPING_INTERVAL, CgroupStats
+from nodeagent.stats.node import FsSample, NodeSample, fs_sample, read_node_sample
 
 Json = dict[str, Any]
 FIRST_SAMPLE_GAP: Final = 0.1
@@ -173,6 +182,7 @@ class _Pod:
     memory: Json | None = None
     cgroup: CgroupSample | None = None
     cgroup_cores: int | None = None
+    disk: PodDisk | None = None
 
 
 class StatsProvider:
@@ -187,11 +197,18 @@ class StatsProvider:
         image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
         max_sample_age: float = 2.0,
         pod_logs_dir: str | None = None,
+        volumes: VolumeStats | None = None,
+        root_dir: str | None = None,
     ) -> None:
         """``cgroups``: the cgroup v2 sampler (pods' and containers' CPU, memory, IO, pids
         and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
-        intervals' worth of seconds); without it, or on cgroup v1, CRI stats only."""
+        intervals' worth of seconds); without it, or on cgroup v1, CRI stats only.
+        ``volumes``: the pods' volumes, ``etc-hosts`` and pod log files (none without it).
+        ``root_dir``: the agent's root dir (whether the images have a file system of their
+        own is decided against it)."""
         self._cgroups = cgroups
+        self._volumes = volumes
+        self._root_dir = root_dir
         self._log = get_logger("stats")
         self._pod_logs_dir = pod_logs_dir
         self._image_fs = image_fs
@@ -286,17 +303,19 @@ class StatsProvider:
                     "inodesUsed": stats.writable_layer.inodes_used.value,
                 }
             pods[c.pod_sandbox_id].containers.append(entry)
-            if self._pod_logs_dir is not None:
-                sb_meta = sandboxes[c.pod_sandbox_id].metadata
-                log_dirs.append(
-                    (
-                        entry,
-                        f"{self._pod_logs_dir}/{sb_meta.namespace}_{sb_meta.name}_{sb_meta.uid}/"
-                        f"{entry['name']}",
-                    )
-                )
+            if (pod_log_dir := self._pod_log_dir(sandboxes[c.pod_sandbox_id].metadata)) is not None:
+                log_dirs.append((entry, f"{pod_log_dir}/{entry['name']}"))
         if log_dirs:
-            await _add_logs(log_dirs, sample.fs, time=now)
+            await add_logs(log_dirs, sample.fs, time=now)
+        if self._volumes is not None and pods:
+            wanted = {
+                sb.metadata.uid: self._pod_log_dir(sb.metadata)
+                for sb_id, sb in sandboxes.items()
+                if sb_id in pods
+            }
+            disks = await self._volumes.current(wanted, sample.fs)
+            for sb_id, pod in pods.items():
+                pod.disk = disks.get(sandboxes[sb_id].metadata.uid)
         if tree is not None:
             for sb_id, pod in pods.items():
                 uid = sandboxes[sb_id].metadata.uid
@@ -315,7 +334,24 @@ class StatsProvider:
                 node["runtime"] = {"imageFs": image_fs}
         if tree is not None:
             _add_cgroup_node(node, tree, cgroups=self._cgroups, time=now)
-        return {"node": node, "pods": [_pod_json(p, now) for p in pods.values()]}
+        return {"node": node, "pods": [_pod_json(p, now, sample.fs) for p in pods.values()]}
+
+    def _pod_log_dir(self, meta: cri.PodSandboxMetadata) -> str | None:
+        if self._pod_logs_dir is None:
+            return None
+        return f"{self._pod_logs_dir}/{meta.namespace}_{meta.name}_{meta.uid}"
+
+    async def dedicated_image_fs(self) -> bool:
+        """Whether the runtime's image file system is not the root dir's (the kubelet's
+        ``HasDedicatedImageFs``); false when either is unknown."""
+        if self._image_fs is None or self._root_dir is None:
+            return False
+        info = await self._image_fs()
+        if not info.image_filesystems:
+            return False
+        mountpoint = info.image_filesystems[0].fs_id.mountpoint
+        root_dir = self._root_dir
+        return await asyncio.to_thread(_other_device, mountpoint, root_dir)
 
     async def _container_stats(self, *, cgroups: bool) -> dict[str, cri.ContainerStats]:
         try:
@@ -393,9 +429,23 @@ class StatsProvider:
         return out
 
 
-def _pod_json(pod: _Pod, now: str) -> Json:
+def _other_device(a: str, b: str) -> bool:
+    try:
+        return os.stat(a).st_dev != os.stat(b).st_dev
+    except OSError:
+        return False
+
+
+def _pod_json(pod: _Pod, now: str, node_fs: FsSample | None = None) -> Json:
     pod.containers.sort(key=lambda c: str(c["name"]))
     out: Json = {"podRef": pod.ref, "startTime": pod.start, "containers": pod.containers}
+    if pod.disk is not None and pod.disk.volumes:
+        out["volume"] = [
+            {**fs_json(v.usage, v.fs, time=now), "name": v.name} for v in pod.disk.volumes
+        ]
+    out["ephemeral-storage"] = fs_json(
+        ephemeral_storage(pod.containers, pod.disk), node_fs, time=now
+    )
     cpu = pod.cpu
     if cpu is None and pod.containers and all("cpu" in c for c in pod.containers):
         cpu = {
@@ -417,27 +467,6 @@ def _pod_json(pod: _Pod, now: str) -> Json:
         out["cpu"] = cpu
     if memory is not None:
         out["memory"] = memory
-    return out
-
-
-async def _add_logs(log_dirs: list[tuple[Json, str]], fs: FsSample | None, *, time: str) -> None:
-    """Each container's ``logs``: what its log directory holds, on the node's file system."""
-    usages = await asyncio.to_thread(lambda: [dir_usage(d) for _, d in log_dirs])
-    for (entry, _), usage in zip(log_dirs, usages, strict=True):
-        if usage is not None:
-            entry["logs"] = _logs_json(usage, fs, time=time)
-
-
-def _logs_json(usage: tuple[int, int], fs: FsSample | None, *, time: str) -> Json:
-    out: Json = {"time": time}
-    if fs is not None:
-        out.update(
-            availableBytes=fs.available,
-            capacityBytes=fs.capacity,
-            inodesFree=fs.inodes_free,
-            inodes=fs.inodes,
-        )
-    out["usedBytes"], out["inodesUsed"] = usage
     return out
 
 
@@ -495,13 +524,15 @@ def host_stats_provider(
     image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
     pod_logs_dir: str | None = None,
 ) -> StatsProvider:
-    """A provider over this host's ``/proc``, the file system holding ``fs_path`` and, on
-    cgroup v2, the pods' cgroups through ``cgroups``."""
+    """A provider over this host's ``/proc``, the file system holding ``fs_path`` (the root
+    dir, whose ``pods/`` hold the pods' volumes) and, on cgroup v2, the pods' cgroups through
+    ``cgroups``."""
 
     async def sample() -> NodeSample:
         return await asyncio.to_thread(read_node_sample, fs_path)
 
     max_age = 2 * cgroups.interval if cgroups is not None else 2.0
+    interval = cgroups.interval if cgroups is not None else HOUSEKEEPING_INTERVAL
     return StatsProvider(
         runtime=runtime,
         clock=clock,
@@ -511,4 +542,6 @@ def host_stats_provider(
         image_fs=image_fs,
         max_sample_age=max_age,
         pod_logs_dir=pod_logs_dir,
+        volumes=VolumeStats(root_dir=fs_path, clock=clock, interval=interval),
+        root_dir=fs_path,
     )

@@ -3,6 +3,10 @@
 It keeps objects with resourceVersions, uids and creation timestamps, enforces optimistic
 concurrency on update (409), AlreadyExists on create, applies merge / strategic / JSON patches,
 and serves watches (from a resourceVersion, with bookmarks, 410 after :meth:`compact`).
+Label selectors take ``key``, ``!key``, ``key=value`` (``==``) and ``key!=value`` terms; field
+selectors ``path=value`` (``==``) and ``path!=value`` on any dotted path (``spec.clusterIP``). As
+the apiserver's watch does, an object that stops matching a watch's selectors reaches it as
+DELETED (its previous content), one that starts matching as ADDED.
 
 Scripting, as the kubelet's fake clientset reactors do, per (verb, resource)::
 
@@ -99,7 +103,7 @@ class FakeApiServer:
         self._rv = itertools.count(1)
         self._last_rv = 0
         self._compacted = 0
-        self._history: list[tuple[str, WatchEvent]] = []
+        self._history: list[tuple[str, WatchEvent, Obj | None]] = []  # (plural, event, previous)
         self._watchers: list[_Watcher] = []
         self._scripts: dict[tuple[str, str], deque[object]] = {}
         self._always: dict[tuple[str, str], object] = {}
@@ -133,14 +137,14 @@ class FakeApiServer:
         self, res: Resource, name: str, mutate: Callable[[Obj], None], namespace: str | None = None
     ) -> Obj:
         """Change an object out of band (another client wrote it)."""
-        obj = self._must_get(res, name, namespace)
+        obj = copy.deepcopy(self._must_get(res, name, namespace))  # the previous one stays
         mutate(obj)
         return self._store(res, obj, "MODIFIED")
 
     def remove(self, res: Resource, name: str, namespace: str | None = None) -> None:
         """Delete an object out of band (an admin ran kubectl delete)."""
         obj = self._objects.pop((res.plural, namespace or "", name))
-        self._emit(res.plural, "DELETED", obj, str(next(self._rv)))
+        self._emit(res.plural, "DELETED", obj, str(next(self._rv)), None)
 
     def compact(self) -> None:
         """Forget history: watches from an older resourceVersion now get 410 Gone."""
@@ -328,9 +332,11 @@ class FakeApiServer:
             )
         match = _matcher(namespace, field_selector, label_selector)
         watcher = _Watcher(res.plural, namespace, match, asyncio.Queue())
-        for plural, event in self._history:
-            if plural == res.plural and int(event.resource_version) > start and match(event.object):
-                watcher.queue.put_nowait(event)
+        for plural, event, previous in self._history:
+            if plural == res.plural and int(event.resource_version) > start:
+                seen = _as_seen(event, previous, match)
+                if seen is not None:
+                    watcher.queue.put_nowait(seen)
         self._watchers.append(watcher)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds
@@ -468,19 +474,41 @@ class FakeApiServer:
         self._last_rv = rv
         obj["metadata"]["resourceVersion"] = str(rv)
         ns = obj["metadata"].get("namespace") or ""
-        self._objects[(res.plural, ns, obj["metadata"]["name"])] = obj
-        self._emit(res.plural, event, obj, str(rv))
+        key = (res.plural, ns, obj["metadata"]["name"])
+        previous = self._objects.get(key)
+        self._objects[key] = obj
+        self._emit(res.plural, event, obj, str(rv), previous)
         return copy.deepcopy(obj)
 
-    def _emit(self, plural: str, kind: str, obj: Obj, rv: str) -> None:
+    def _emit(self, plural: str, kind: str, obj: Obj, rv: str, previous: Obj | None) -> None:
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = rv
         self._last_rv = int(rv)
         event = WatchEvent(kind, obj)
-        self._history.append((plural, event))
+        previous = copy.deepcopy(previous) if kind == "MODIFIED" else None
+        self._history.append((plural, event, previous))
         for w in self._watchers:
-            if w.resource == plural and w.match(obj):
-                w.queue.put_nowait(event)
+            if w.resource == plural:
+                seen = _as_seen(event, previous, w.match)
+                if seen is not None:
+                    w.queue.put_nowait(seen)
+
+
+def _as_seen(
+    event: WatchEvent, previous: Obj | None, match: Callable[[Obj], bool]
+) -> WatchEvent | None:
+    """The event as a watch with selectors sees it (None: not at all)."""
+    now = match(event.object)
+    if event.type != "MODIFIED" or previous is None:
+        return event if now else None
+    before = match(previous)
+    if now:
+        return event if before else WatchEvent("ADDED", event.object)
+    if not before:
+        return None
+    gone = copy.deepcopy(previous)
+    gone["metadata"]["resourceVersion"] = event.resource_version
+    return WatchEvent("DELETED", gone)
 
 
 def _matcher(
@@ -493,25 +521,48 @@ def _matcher(
         meta = obj.get("metadata") or {}
         if namespace and meta.get("namespace") != namespace:
             return False
-        for key, value in fields.items():
-            if key == "metadata.name" and meta.get("name") != value:
-                return False
-            if key == "metadata.namespace" and meta.get("namespace") != value:
+        for path, op, value in fields:
+            if (_field(obj, path) == value) != (op == "="):
                 return False
         obj_labels = meta.get("labels") or {}
-        return all(obj_labels.get(k) == v for k, v in labels.items())
+        for key, op, value in labels:
+            if op == "exists" and key not in obj_labels:
+                return False
+            if op == "!" and key in obj_labels:
+                return False
+            if op in ("=", "!=") and (obj_labels.get(key) == value) != (op == "="):
+                return False
+        return True
 
     return match
 
 
-def _parse_selector(selector: str | None) -> dict[str, str]:
-    if not selector:
-        return {}
-    out: dict[str, str] = {}
-    for term in selector.split(","):
-        key, _, value = term.partition("=")
-        out[key.strip()] = value.lstrip("=").strip()
+def _parse_selector(selector: str | None) -> list[tuple[str, str, str]]:
+    """(key, operator, value) of each term: operator ``=``, ``!=``, ``!`` or ``exists``."""
+    out = []
+    for text in (selector or "").split(","):
+        term = text.strip()
+        if not term:
+            continue
+        if term.startswith("!"):
+            out.append((term[1:].strip(), "!", ""))
+        elif "!=" in term:
+            key, _, value = term.partition("!=")
+            out.append((key.strip(), "!=", value.strip()))
+        elif "=" in term:
+            key, _, value = term.partition("=")
+            out.append((key.strip(), "=", value.lstrip("=").strip()))
+        else:
+            out.append((term, "exists", ""))
     return out
+
+
+def _field(obj: Obj, path: str) -> str:
+    """A field's value as a field selector compares it (absent: empty)."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
 
 
 def _rfc3339(t: dt.datetime) -> str:

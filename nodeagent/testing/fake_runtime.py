@@ -200,6 +200,8 @@ class FakeRuntime(_FakeImages):
         self.update_error: str | None = None
         # What ListContainerStats reports per container id: (cpu ns total, working set bytes)
         self.usage: dict[str, tuple[int, int]] = {}
+        # ... and its writable layer (bytes, inodes), as containerd's snapshotter measures it
+        self.writable: dict[str, tuple[int, int]] = {}
 
     # Test controls -------------------------------------------------------------------------
 
@@ -549,6 +551,7 @@ class FakeRuntime(_FakeImages):
 
     def _stats(self, c: _Container) -> cri.ContainerStats:
         cpu, memory = self.usage.get(c.id, (0, 0))
+        used, inodes = self.writable.get(c.id, (0, 0))
         now = self._now()
         return cri.ContainerStats(
             attributes=cri.ContainerAttributes(
@@ -559,6 +562,11 @@ class FakeRuntime(_FakeImages):
             ),
             cpu=cri.CpuUsage(timestamp=now, usage_core_nano_seconds=cri.UInt64Value(value=cpu)),
             memory=cri.MemoryUsage(timestamp=now, working_set_bytes=cri.UInt64Value(value=memory)),
+            writable_layer=cri.FilesystemUsage(
+                timestamp=now,
+                used_bytes=cri.UInt64Value(value=used),
+                inodes_used=cri.UInt64Value(value=inodes),
+            ),
         )
 
     async def list_container_stats(

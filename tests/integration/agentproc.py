@@ -156,6 +156,24 @@ async def agent_process(config: Path, log: Path) -> AsyncIterator[asyncio.subpro
 # --- the API side ----------------------------------------------------------------------------
 
 
+def configure_kubelet(node: AgentNode, control_plane: ControlPlane, **fields: Any) -> None:
+    """Set ``kubelet:`` fields in the node's config, with its API secured as ``make up`` does
+    (client certificates of the cluster CA, webhook authn/authz), so ``kubectl logs`` works."""
+    settings = yaml.safe_load(node.config.read_text())
+    settings["kubelet"].update(
+        {
+            "authentication": {
+                "x509": {"clientCAFile": str(control_plane.ca_path)},
+                "webhook": {"enabled": True},
+                "anonymous": {"enabled": False},
+            },
+            "authorization": {"mode": "Webhook"},
+            **fields,
+        }
+    )
+    node.config.write_text(yaml.safe_dump(settings))
+
+
 def api_get(control_plane: ControlPlane, path: str) -> Any:
     """GET ``path`` as admin; None when it does not exist. (Fast: no kubectl process.)"""
     code, body = control_plane.api_request("GET", path)

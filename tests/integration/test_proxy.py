@@ -19,12 +19,13 @@ from harness.controlplane import ControlPlane
 from harness.versions import load_versions
 from proxy_topology import BACKENDS, CLIENT_IP, NODE_IP, Topology
 
-from nodeagent.apiserver import ApiClient, PatchType, Resource, WatchCache, load_kubeconfig
+from nodeagent.apiserver import ApiClient, PatchType, Resource, load_kubeconfig
 from nodeagent.clock import RealClock
 from nodeagent.nft import NFTables
-from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL
 from nodeagent.proxy.conntrack import ConntrackTool
+from nodeagent.proxy.inspect import Row, service_table
 from nodeagent.proxy.manager import ProxyManager
+from nodeagent.proxy.service import proxy_caches
 from nodeagent.proxy.settings import ProxySettings
 
 pytestmark = pytest.mark.integration
@@ -87,6 +88,9 @@ class Cluster:
     async def delete(self, *what: str) -> None:
         await asyncio.to_thread(self.plane.kubectl, "-n", self.namespace, "delete", "--wait", *what)
 
+    async def label(self, what: str, label: str) -> None:
+        await asyncio.to_thread(self.plane.kubectl, "-n", self.namespace, "label", what, label)
+
 
 @pytest.fixture(scope="module")
 def cluster(control_plane: ControlPlane) -> Iterator[Cluster]:
@@ -103,8 +107,7 @@ class RunningProxy:
 
     def __init__(self, plane: ControlPlane, topo: Topology) -> None:
         self.api = ApiClient(endpoint=load_kubeconfig(plane.admin_kubeconfig))
-        services = WatchCache(api=self.api, resource=SERVICES_ALL, name="cache:services")
-        slices = WatchCache(api=self.api, resource=ENDPOINTSLICES_ALL, name="cache:endpointslices")
+        services, slices = proxy_caches(self.api)
         in_node = ("ip", "netns", "exec", topo.node)
         self.manager = ProxyManager(
             settings=ProxySettings(
@@ -285,6 +288,50 @@ async def test_deleting_a_service_removes_every_trace_of_it(
             before.dump().splitlines(), after.dump().splitlines(), lineterm=""
         )
         assert after.dump() == before.dump(), "\n".join(diff)
+
+
+async def test_labels_hand_a_service_to_another_proxy_and_back(
+    control_plane: ControlPlane, topology: Topology, cluster: Cluster
+) -> None:
+    """kube-proxy's selectors: an EndpointSlice labelled service.kubernetes.io/headless does not
+    count (the Service rejects, as without endpoints); a Service labelled
+    service.kubernetes.io/service-proxy-name is another proxy's (no rules at all). Taking the
+    label off brings the rules back."""
+    in_node = ("ip", "netns", "exec", topology.node)
+    table = NFTables(family="ip", table="nodeagent", argv=(*in_node, "nft"))
+    async with running_proxy(control_plane, topology):
+        svc = await cluster.service("owned")
+        await cluster.endpoints("owned", ["b1"])
+        ip = svc["spec"]["clusterIP"]
+        await answers(topology, "client", ip, 80, {"b1"})
+
+        async def rows() -> list[Row]:
+            state = await table.ruleset()
+            assert state is not None
+            return [r for r in service_table(state) if r.service == f"{cluster.namespace}/owned:p"]
+
+        async def listing() -> str:
+            return await topology.run("node", "nft", "list", "table", "ip", "nodeagent")
+
+        assert [(r.entry, r.endpoints) for r in await rows()] == [
+            (f"{ip}:80/tcp", (f"{BACKENDS['b1']}:8080",))
+        ]
+        assert ip in await listing()
+
+        await cluster.label("endpointslice/owned-px", "service.kubernetes.io/headless=")
+        await answers(topology, "client", ip, 80, {"refused"})
+        assert [(r.chain, r.endpoints) for r in await rows()] == [("reject (no endpoints)", ())]
+        await cluster.label("endpointslice/owned-px", "service.kubernetes.io/headless-")
+        await answers(topology, "client", ip, 80, {"b1"})
+
+        await cluster.label("service/owned", "service.kubernetes.io/service-proxy-name=foo-bar")
+        await answers(topology, "client", ip, 80, {"timeout"}, wait=0.5)
+        assert await rows() == []
+        assert ip not in await listing()
+        await cluster.label("service/owned", "service.kubernetes.io/service-proxy-name-")
+        await answers(topology, "client", ip, 80, {"b1"})
+        assert ip in await listing()
+        await cluster.delete("service/owned", "endpointslice/owned-px")
 
 
 async def test_a_stale_udp_flow_is_cleared_when_its_endpoint_goes_away(

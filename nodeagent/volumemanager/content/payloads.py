@@ -256,7 +256,9 @@ def _resource(pod: Pod, item: DownwardAPIVolumeFile, allocatable: Mapping[str, s
     if not containers:
         raise VolumeSetupError(f"container {ref.container_name} not found")
     try:
-        return resource_value(ref, pod, containers[0], EnvInputs(node_allocatable=allocatable))
+        return resource_value(
+            ref, pod, containers[0], EnvInputs(node_allocatable=allocatable), volume=True
+        )
     except ContainerConfigError as e:
         raise VolumeSetupError(str(e)) from e
 

@@ -225,6 +225,21 @@ BAD_FILES = [
         "is not an IP address",
     ),
     (
+        "unsafe sysctl that is not namespaced",
+        "kubelet:\n  allowedUnsafeSysctls: ['kernel.msg*', kernel.panic]\n",
+        "kubelet.allowedUnsafeSysctls[1]",
+        "kernel.panic",
+        "is not known to be namespaced: only kernel.sem, kernel.shm*, kernel.msg*, "
+        "fs.mqueue.* and net.* sysctls can be allowed",
+    ),
+    (
+        "unsafe sysctl pattern with a star inside",
+        "kubelet:\n  allowedUnsafeSysctls: ['net.*.ip_forward']\n",
+        "kubelet.allowedUnsafeSysctls[0]",
+        "net.*.ip_forward",
+        "must have at most 253 characters and match regex",
+    ),
+    (
         "relative root dir",
         "node:\n  rootDir: var/lib/nodeagent\n",
         "node.rootDir",

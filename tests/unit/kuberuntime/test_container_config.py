@@ -174,6 +174,73 @@ def test_downward_api_resource_refs_round_up_and_default_limits_to_allocatable()
     }
 
 
+def test_downward_api_resource_refs_of_the_e2e_spec() -> None:
+    """'should provide container's limits.cpu/memory and requests.cpu/memory as env vars'."""
+    env = [
+        {"name": "CPU_LIMIT", **resource("limits.cpu")},
+        {"name": "MEMORY_LIMIT", **resource("limits.memory")},
+        {"name": "CPU_REQUEST", **resource("requests.cpu")},
+        {"name": "MEMORY_REQUEST", **resource("requests.memory")},
+    ]
+    p = pod(
+        containers=[
+            container(
+                "dapi-container",
+                env=env,
+                requests={"cpu": "250m", "memory": "32Mi"},
+                limits={"cpu": "1250m", "memory": "64Mi"},
+            )
+        ]
+    )
+    assert env_of(build(p)) == {
+        "CPU_LIMIT": "2",
+        "MEMORY_LIMIT": "67108864",
+        "CPU_REQUEST": "1",
+        "MEMORY_REQUEST": "33554432",
+    }
+
+
+def test_a_zero_limit_is_the_node_allocatable_and_named_init_containers_keep_theirs() -> None:
+    """As the kubelet's defaultPodLimitsForDownwardAPI: a zero limit counts as none; a ref
+    naming an init container reads it without defaults (only the regular containers and the
+    container itself get them)."""
+    env = [
+        {"name": "ZERO_CPU", **resource("limits.cpu")},
+        {"name": "ZERO_MEM_MI", **resource("limits.memory", "1Mi")},
+        {"name": "INIT_CPU", **resource("limits.cpu", container_name="setup")},
+        {"name": "INIT_MEM", **resource("limits.memory", container_name="setup")},
+        {"name": "SIDE_CPU", **resource("limits.cpu", container_name="side")},
+    ]
+    p = pod(
+        containers=[
+            container("app", env=env, limits={"cpu": "0", "memory": "0Mi"}),
+            container("side"),
+        ],
+        init_containers=[container("setup", limits={"memory": "16Mi"})],
+    )
+    assert env_of(build(p)) == {
+        "ZERO_CPU": "2",
+        "ZERO_MEM_MI": "8192",
+        "INIT_CPU": "0",
+        "INIT_MEM": "16777216",
+        "SIDE_CPU": "2",
+    }
+
+
+def test_an_init_containers_own_limits_default_to_the_node_allocatable() -> None:
+    setup = container("setup", env=[{"name": "CPU", **resource("limits.cpu")}])
+    p = pod(containers=[container("app")], init_containers=[setup])
+    config = build_container_config(
+        p,
+        p.spec.init_containers[0],
+        image_ref="sha256:abc",
+        restart_count=0,
+        settings=SETTINGS,
+        inputs=INPUTS,
+    )
+    assert env_of(config) == {"CPU": "2"}
+
+
 def test_env_from_config_map_and_secret_then_env_overrides() -> None:
     inputs = EnvInputs(
         config_maps={"cfg": {"A": "from-cm", "B": "b"}},

@@ -19,11 +19,18 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import ApiEnvSource, PodCgroups, PodSync
-from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
+from nodeagent.pods.syncloop import (
+    ALL_SAFE_SYSCTLS,
+    SyncEvents,
+    SyncLoop,
+    node_allocatable,
+    node_internal_ips,
+)
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter
+from nodeagent.sysctl import Allowlist
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX, MemoryFiles
@@ -103,6 +110,7 @@ async def running_stack(
     shutting_down: Callable[[], bool] = lambda: False,
     cgroups: PodCgroups | None = None,
     allocation: bool = False,
+    sysctls: Allowlist = ALL_SAFE_SYSCTLS,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
     clock = server.clock
@@ -174,6 +182,8 @@ async def running_stack(
         clock=clock,
         allocatable=allocatable,
         shutting_down=shutting_down,
+        event_sink=events,
+        sysctls=sysctls,
     )
     stack = Stack(
         server,

@@ -14,6 +14,7 @@ from pod_stack import NODE, Stack, running_stack, until
 from nodeagent.apiserver import NODES, PODS
 from nodeagent.events import ObjectReference
 from nodeagent.eviction import EvictionManager, parse_thresholds
+from nodeagent.kuberuntime import CriUnavailable
 from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import evict_pod
 from nodeagent.podspec import Pod
@@ -46,6 +47,7 @@ class Node:
         self.available = 1500 * Mi
         self.nodefs_available = 50 * 2**30
         self.usage: dict[str, tuple[int, dict[str, int]]] = {}
+        self.storage: dict[str, dict[str, Any]] = {}  # a pod's disk figures, by UID
 
     async def summary(self) -> dict[str, Any]:
         return {
@@ -71,7 +73,8 @@ class Node:
                     ],
                 }
                 for uid, (total, per) in self.usage.items()
-            ],
+            ]
+            + [{"podRef": {"uid": uid}, **disk} for uid, disk in self.storage.items()],
         }
 
     async def memory_available(self) -> int | None:
@@ -185,7 +188,7 @@ async def test_disk_pressure_reclaims_node_level_first(stack: Stack) -> None:
         thresholds=parse_thresholds(hard={"nodefs.available": "10%"}),
         reclaim={"nodefs.available": [image_gc]},
     )
-    assert await m.synchronize() is None
+    assert await m.synchronize() == []
     assert reclaimed == ["images"]
     assert m.conditions == ["DiskPressure"]
     assert status(stack, "writer").get("phase") == "Running"
@@ -213,7 +216,7 @@ async def test_disk_pressure_evicts_when_reclaim_is_not_enough(stack: Stack) -> 
         reclaim={"nodefs.available": [nothing_to_free]},
     )
     evicted = await m.synchronize()
-    assert evicted is not None and evicted.name == "writer"
+    assert [p.name for p in evicted] == ["writer"]
     final = await until(
         lambda: status(stack, "writer").get("phase") == "Failed" and status(stack, "writer")
     )
@@ -257,11 +260,11 @@ async def test_soft_threshold_waits_for_its_grace_period(stack: Stack) -> None:
             hard={}, soft={"memory.available": "1Gi"}, soft_grace={"memory.available": 30.0}
         ),
     )
-    assert await m.synchronize() is None
+    assert await m.synchronize() == []
     assert m.conditions == ["MemoryPressure"]
     await asyncio.sleep(31)
     evicted = await m.synchronize()
-    assert evicted is not None and evicted.name == "web"
+    assert [p.name for p in evicted] == ["web"]
 
 
 async def test_a_pending_resize_is_ranked_and_described_by_the_allocated_request(
@@ -315,7 +318,7 @@ async def test_a_pending_resize_is_ranked_and_described_by_the_allocated_request
             active_pods=lambda: allocation.allocated_pods(workers.active_pods()),
         )
         evicted = await m.synchronize()
-        assert evicted is not None and evicted.name == "web"
+        assert [p.name for p in evicted] == ["web"]
         final = await until(
             lambda: status(stack, "web").get("phase") == "Failed" and status(stack, "web")
         )
@@ -324,3 +327,111 @@ async def test_a_pending_resize_is_ranked_and_described_by_the_allocated_request
         "Container app was using 300Mi, request is 64Mi, has larger consumption of memory. "
     )
     assert status(stack, "other").get("phase") == "Running"
+
+
+def disk(total: int, volumes: dict[str, int] | None = None, **rootfs: int) -> dict[str, Any]:
+    return {
+        "containers": [{"name": n, "rootfs": {"usedBytes": u}} for n, u in rootfs.items()],
+        "volume": [{"name": n, "usedBytes": u} for n, u in (volumes or {}).items()],
+        "ephemeral-storage": {"usedBytes": total},
+    }
+
+
+async def test_pods_over_their_local_storage_limits_are_evicted_without_pressure(
+    stack: Stack,
+) -> None:
+    """No threshold configured and no pressure: every pod over a local storage limit goes in
+    one pass, with the kubelet's message, the Event and no DisruptionTarget condition; a pod
+    within its limits and a critical pod over them keep running."""
+
+    def limited(name: str, limit: str) -> dict[str, Any]:
+        return container(name, command=["sleep", "1d"], limits={"ephemeral-storage": limit})
+
+    over = seed(stack.server, "over", containers=[limited("app", "1Mi"), limited("idle", "20Mi")])
+    scratch = seed(
+        stack.server, "scratch", volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]
+    )
+    within = seed(stack.server, "within", containers=[limited("app", "20Mi")])
+    vip = seed(stack.server, "vip", containers=[limited("app", "1Mi")], priority=2_000_000_000)
+    for name in ("over", "scratch", "within", "vip"):
+        await until(lambda name=name: status(stack, name).get("phase") == "Running")
+    node, events = Node(), Events()
+    node.storage = {
+        over["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi, idle=0),
+        scratch["metadata"]["uid"]: disk(4 * Mi, volumes={"scratch": 4 * Mi}),
+        within["metadata"]["uid"]: disk(Mi, app=Mi),
+        vip["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi),
+    }
+    m = manager(stack, node, events, thresholds=[])
+    task = asyncio.create_task(m.run())
+    try:
+        messages = {
+            "over": 'Container app exceeded its local ephemeral storage limit "1Mi". ',
+            "scratch": 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". ',
+        }
+        for name, message in messages.items():
+            final = await until(
+                lambda name=name: (
+                    status(stack, name).get("phase") == "Failed" and status(stack, name)
+                ),
+                within=15,
+            )
+            assert (final["reason"], final["message"]) == ("Evicted", message)
+            kinds = [c["type"] for c in final.get("conditions") or []]
+            assert "DisruptionTarget" not in kinds
+            assert (name, "Warning", "Evicted", message) in events.pods
+        assert not await stack.running("idle")
+        assert sorted(m.evicted) == sorted([over["metadata"]["uid"], scratch["metadata"]["uid"]])
+        await asyncio.sleep(30)  # later passes leave the others alone
+        assert status(stack, "within").get("phase") == "Running"
+        assert status(stack, "vip").get("phase") == "Running"
+        assert len(m.evicted) == 2 and m.conditions == [] and not events.node
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_local_storage_isolation_off_evicts_nothing(stack: Stack) -> None:
+    over = seed(
+        stack.server,
+        "over",
+        containers=[container("app", command=["sleep", "1d"], limits={"ephemeral-storage": "1Mi"})],
+    )
+    await until(lambda: status(stack, "over").get("phase") == "Running")
+    node, events = Node(), Events()
+    node.storage = {over["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi)}
+    m = manager(stack, node, events, local_storage=False)
+    assert await m.synchronize() == []
+    assert status(stack, "over").get("phase") == "Running"
+
+
+async def test_the_image_fs_is_asked_once_and_a_dedicated_one_spares_the_writable_layer(
+    stack: Stack,
+) -> None:
+    over = seed(
+        stack.server,
+        "over",
+        containers=[
+            container("app", command=["sleep", "1d"], limits={"ephemeral-storage": "1Mi"}),
+            container("idle", command=["sleep", "1d"], limits={"ephemeral-storage": "50Mi"}),
+        ],
+    )
+    await until(lambda: status(stack, "over").get("phase") == "Running")
+    node, events = Node(), Events()
+    node.storage = {over["metadata"]["uid"]: disk(4 * Mi, app=4 * Mi)}
+    asked: list[str] = []
+    answers: list[bool | Exception] = [CriUnavailable("ImageFsInfo: runtime down"), True]
+
+    async def dedicated() -> bool:
+        asked.append("ImageFsInfo")
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    m = manager(stack, node, events, dedicated_image_fs=dedicated)
+    assert await m.synchronize() == []  # not known yet: no pass at all, as the kubelet
+    assert await m.synchronize() == []  # the writable layer is on the image fs: not counted
+    assert await m.synchronize() == []
+    assert asked == ["ImageFsInfo", "ImageFsInfo"]
+    assert status(stack, "over").get("phase") == "Running"

@@ -15,9 +15,9 @@ from nodeagent.podspec import decode_pod
 from nodeagent.testing.fake_apiserver import FakeApiServer
 
 
-def service(namespace: str, name: str, ip: str, port: int) -> dict[str, object]:
+def service(namespace: str, name: str, ip: str, port: int, **labels: str) -> dict[str, object]:
     return {
-        "metadata": {"namespace": namespace, "name": name},
+        "metadata": {"namespace": namespace, "name": name, "labels": labels},
         "spec": {"clusterIP": ip, "ports": [{"name": "p", "port": port, "protocol": "TCP"}]},
     }
 
@@ -27,6 +27,11 @@ async def test_containers_get_the_kubernetes_service_variables_from_the_services
     server.seed(ALL_SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
     server.seed(ALL_SERVICES, service("app", "web", "10.96.0.20", 80))
     server.seed(ALL_SERVICES, service("other", "db", "10.96.0.30", 5432))
+    # labels by which the service proxy leaves a Service alone; the kubelet's env ignores them
+    owned = {"service.kubernetes.io/service-proxy-name": "other"}
+    server.seed(ALL_SERVICES, service("app", "owned", "10.96.0.21", 81, **owned))
+    marked = {"service.kubernetes.io/headless": ""}
+    server.seed(ALL_SERVICES, service("app", "marked", "10.96.0.22", 82, **marked))
     pods = pod_managers(
         Config(), api=server, clock=FrozenClock(), node_name="n1", get_node=lambda: None
     )
@@ -52,6 +57,8 @@ async def test_containers_get_the_kubernetes_service_variables_from_the_services
     assert inputs.service_env["KUBERNETES_SERVICE_PORT"] == "443"
     assert inputs.service_env["WEB_SERVICE_HOST"] == "10.96.0.20"
     assert "DB_SERVICE_HOST" not in inputs.service_env  # another namespace's Service
+    assert inputs.service_env["OWNED_SERVICE_HOST"] == "10.96.0.21"
+    assert inputs.service_env["MARKED_SERVICE_HOST"] == "10.96.0.22"
 
 
 async def test_no_environment_before_the_services_were_listed_once() -> None:

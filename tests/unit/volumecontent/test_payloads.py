@@ -178,6 +178,27 @@ def test_downward_api_resources_with_divisor_and_allocatable() -> None:
     assert got == {"mem": "64", "cpu_m": "250", "cpu": "1", "storage": "10"}
 
 
+def test_downward_api_volume_defaults_zero_limits_and_init_containers_too() -> None:
+    """The volume plugin merges the node's allocatable into whichever container is named
+    (init containers included) and, as for env vars, replaces a zero limit."""
+
+    def res(path: str, name: str, resource: str) -> dict[str, Any]:
+        return {"path": path, "resourceFieldRef": {"containerName": name, "resource": resource}}
+
+    pod = pod_with(
+        downward(
+            res("init_cpu", "setup", "limits.cpu"),
+            res("init_mem", "setup", "limits.memory"),
+            res("zero_cpu", "zero", "limits.cpu"),
+        ),
+        initContainers=[{"name": "setup", "resources": {"limits": {"memory": "16Mi"}}}],
+        containers=[{"name": "main"}, {"name": "zero", "resources": {"limits": {"cpu": "0"}}}],
+    )
+    inputs = Inputs(allocatable={"memory": "1Gi", "cpu": "3"})
+    got = {k: v.data.decode() for k, v in payload(pod, inputs).items()}
+    assert got == {"init_cpu": "3", "init_mem": "16777216", "zero_cpu": "3"}
+
+
 def test_downward_api_errors_are_aggregated() -> None:
     pod = pod_with(
         downward(
