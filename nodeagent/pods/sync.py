@@ -62,7 +62,7 @@ from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.prober import NoProbes, PodProbes
 from nodeagent.quantity import value
-from nodeagent.status import StatusManager, generate_pod_status
+from nodeagent.status import StatusManager, generate_pod_status, with_container_readiness
 from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
 from nodeagent.volumemanager.manager import VolumeManager
@@ -551,6 +551,19 @@ class PodSync:
             if want.cpu_quota > 0 and got.cpu_quota != want.cpu_quota:
                 return False
         return True
+
+    def update_readiness(self, pod: Pod) -> None:
+        """A readiness result of ``pod`` changed: put it on the pod's last status now (the
+        kubelet's ``SetContainerReadiness``), not only at the worker's next sync: a worker
+        killing a terminating pod is busy for the whole grace period, while its readiness
+        probes still run and a failure must take the pod out of its Services' endpoints."""
+        last = self._status.last_status(pod.uid)
+        results = self._probes.readiness_results(pod.uid)
+        if last is None or not results:
+            return
+        updated = with_container_readiness(pod, last, results, now=rfc3339(self._clock))
+        if updated is not None:
+            self._status.set_status(pod, updated)
 
     async def sync_terminating_pod(self, pod: Pod, grace: int) -> None:
         self._probes.stop_liveness_and_startup(pod)

@@ -11,8 +11,10 @@ them (``match``, one short arm each):
   longer matches its readiness gates' conditions (the kubelet's ``HandlePodReconcile``);
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
 - :class:`ProbeResult` — a liveness, readiness or startup result of a pod's container
-  changed (the prober manager): sync it now, which regenerates its status and kills a
-  container whose liveness or startup probe failed;
+  changed (the prober manager): its readiness goes on its last status at once (the kubelet's
+  ``SetContainerReadiness``: a terminating pod's worker is busy killing it for the whole
+  grace period, and its readiness probes still run), and it is synced, which regenerates its
+  status and kills a container whose liveness or startup probe failed;
 - :class:`Housekeeping` — every 2s: runtime pods no source knows (deleted while the agent was
   down) are killed and removed, once the source and the PLEG have both synced once; then the
   pod directories (volumes) of pods neither a source, a worker nor the runtime knows are
@@ -228,6 +230,9 @@ class SyncLoop:
             case PlegEvent(event=e):
                 self._workers.sync(e.uid)
             case ProbeResult(uid=uid):
+                pod = self._known.get(uid)
+                if pod is not None:
+                    self._podsync.update_readiness(pod)  # not held behind a busy worker
                 self._workers.sync(uid)
             case Housekeeping():
                 self._housekeeping()

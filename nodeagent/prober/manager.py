@@ -68,6 +68,8 @@ class PodProbes(Protocol):
 
     def startup_results(self, uid: str) -> dict[str, bool] | None: ...
 
+    def readiness_results(self, uid: str) -> dict[str, bool]: ...
+
 
 class NoProbes:
     def add_pod(self, pod: Pod) -> None:
@@ -87,6 +89,9 @@ class NoProbes:
 
     def startup_results(self, uid: str) -> dict[str, bool] | None:
         return None
+
+    def readiness_results(self, uid: str) -> dict[str, bool]:
+        return {}
 
 
 def raw_container_id(status: Status) -> str:
@@ -255,6 +260,19 @@ class ProberManager:
             if worker.pod.uid != uid or worker.probe_type is not ProbeType.STARTUP:
                 continue
             found = self.startup.get(worker.container_id) if worker.container_id else None
+            if found is Result.SUCCESS or found is Result.FAILURE:
+                results[worker.container_id] = found is Result.SUCCESS
+        return results
+
+    def readiness_results(self, uid: str) -> dict[str, bool]:
+        """Container ID -> whether its readiness probe passed, for each container of the pod
+        whose readiness probe has a result: what ``SetContainerReadiness`` writes on the
+        pod's status when a result changes, also while the pod terminates."""
+        results: dict[str, bool] = {}
+        for worker in self._workers.values():
+            if worker.pod.uid != uid or worker.probe_type is not ProbeType.READINESS:
+                continue
+            found = self.readiness.get(worker.container_id) if worker.container_id else None
             if found is Result.SUCCESS or found is Result.FAILURE:
                 results[worker.container_id] = found is Result.SUCCESS
         return results

@@ -2,13 +2,19 @@
 
 - :func:`generate_pod_status` — the whole ``status`` of one pod (``generate.py``), built from
   container statuses (``containers.py``) and the phase and conditions (``conditions.py``);
+- :func:`with_container_readiness` — a status with new readiness probe results on its
+  containers' ``ready`` flags and its Ready / ContainersReady conditions, without the runtime;
 - :class:`StatusManager` — keeps the last status sent per pod and PATCHes
   ``pods/<name>/status`` only when it changed; deletes the API object of a terminated pod
   (``manager.py``).
 """
 
 from nodeagent.status.containers import WaitingReason
-from nodeagent.status.generate import generate_pod_status, rejected_status
+from nodeagent.status.generate import (
+    generate_pod_status,
+    rejected_status,
+    with_container_readiness,
+)
 from nodeagent.status.manager import GracePeriodZeroDeleter, PodDeleter, StatusManager
 
 __all__ = [
@@ -18,4 +24,5 @@ __all__ = [
     "WaitingReason",
     "generate_pod_status",
     "rejected_status",
+    "with_container_readiness",
 ]

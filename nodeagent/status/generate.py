@@ -19,8 +19,10 @@ from nodeagent.status.conditions import (
     FAILED,
     KUBELET_CONDITIONS,
     TERMINAL,
+    containers_ready,
     kubelet_conditions,
     pod_phase,
+    ready,
     with_transition_times,
 )
 from nodeagent.status.containers import WaitingReason, container_statuses
@@ -182,6 +184,48 @@ def _add_resources(
             status["allocatedResources"] = dict(allocated)
         if actual and "running" in (status.get("state") or {}):
             status["resources"] = {k: dict(v) for k, v in actual.items() if v}
+
+
+def with_container_readiness(
+    pod: Pod, status: Status, results: Mapping[str, bool], *, now: str
+) -> Status | None:
+    """The kubelet's ``SetContainerReadiness``: ``status`` with the readiness probe results
+    (raw container ID -> passed) on the ``ready`` flags of the running, started regular and
+    sidecar containers they belong to, and ``ContainersReady`` and ``Ready`` made again from
+    them; None when no flag moves. The pod's worker may be busy meanwhile (killing a
+    terminating pod for its whole grace period): readiness reaches the API without it."""
+    sidecars = {c.name for c in pod.spec.init_containers if c.restart_policy == "Always"}
+    moved = False
+    lists: dict[str, list[Status]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        out = []
+        for entry in status.get(key) or []:
+            text = str(entry.get("containerID") or "")
+            found = results.get(text.split("://", 1)[-1]) if text else None
+            probed = key == "containerStatuses" or entry.get("name") in sidecars
+            running = "running" in (entry.get("state") or {}) and entry.get("started")
+            want = bool(found) if found is not None and probed and running else entry.get("ready")
+            moved = moved or want != entry.get("ready")
+            out.append(entry if want == entry.get("ready") else {**entry, "ready": want})
+        lists[key] = out
+    if not moved:
+        return None
+    updated = {**status}
+    for key, out in lists.items():
+        if key in status:
+            updated[key] = out
+    statuses = [*lists["initContainerStatuses"], *lists["containerStatuses"]]
+    phase = str(status.get("phase", ""))
+    old = status.get("conditions") or []
+    fresh = {
+        "Ready": ready(pod, statuses, phase, old),
+        "ContainersReady": containers_ready(pod, statuses, phase),
+    }
+    remade = with_transition_times(list(fresh.values()), old, now)
+    by_type = {c["type"]: c for c in remade}
+    conditions = [by_type.pop(c.get("type"), c) for c in old]
+    updated["conditions"] = [*conditions, *by_type.values()]
+    return updated
 
 
 def rejected_status(pod: Pod, *, reason: str, message: str, now: str) -> Status:

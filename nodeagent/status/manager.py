@@ -94,10 +94,16 @@ def status_patch(status: Status) -> Status:
     ``conditions`` merge by type and carry only the agent's own (the kubelet's, and the
     ``DisruptionTarget`` it sets when it evicts), so a condition a controller writes (a
     readiness gate's) is never overwritten, not even by a stale copy; the IP lists, which
-    merge by address upstream, are replaced whole."""
+    merge by address upstream, are replaced whole. A condition without a ``reason`` or
+    ``message`` sends them as null: merged by type, a Ready turning True would otherwise keep
+    the reason and message of the False it was (the kubelet's two-way patch deletes them)."""
     patch = dict(status)
     if "conditions" in patch:
-        conditions = [c for c in patch["conditions"] if c.get("type") in OWNED_CONDITIONS]
+        conditions = [
+            {"reason": None, "message": None, **c}
+            for c in patch["conditions"]
+            if c.get("type") in OWNED_CONDITIONS
+        ]
         present = {c.get("type") for c in conditions}
         # a kubelet condition the agent no longer reports (the resize ones come and go) is
         # deleted: a merge by type alone would leave it in the API for ever. DisruptionTarget

@@ -182,6 +182,9 @@ class FakeRuntime(_FakeImages):
         self.cgroup_driver = 1  # CGROUPFS; 0 is SYSTEMD
         self.stop_exit_code = 137
         self.grace_periods: dict[str, int] = {}  # StopContainer timeouts received
+        # How long a container runs on after its StopContainer (its SIGTERM handler's work),
+        # at most the grace period; it stays running, and answers ExecSync, meanwhile.
+        self.stop_seconds = 0.0
         self.exec_handler = exec_handler or (lambda _cid, _cmd: cri.ExecSyncResponse(exit_code=0))
         # Streaming: the URL Exec/Attach/PortForward answer, and the requests they got.
         self.streaming_url = "http://127.0.0.1:1/stream"
@@ -467,6 +470,8 @@ class FakeRuntime(_FakeImages):
         self._enter("StopContainer")
         ctr = self._container(container_id, rpc="StopContainer")
         self.grace_periods[container_id] = grace_period
+        if ctr.state == cri.CONTAINER_RUNNING and self.stop_seconds > 0:
+            await asyncio.sleep(min(self.stop_seconds, grace_period))
         exit_code = self.stop_exit_code if ctr.state == cri.CONTAINER_RUNNING else 0
         self._finish(ctr, exit_code=exit_code)
 

@@ -9,11 +9,13 @@ machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-pr
 ``run`` builds the suite (`conformance.suite`, cached), brings the cluster up if needed
 (`harness.up`), makes the e2e images and pushes them to the cluster's registry
 (`conformance.images`), points the suite at them with ``KUBE_TEST_REPO_LIST``, runs ginkgo in
-parallel, keeps the suite's JUnit report in ``<cache>/conformance/<peer>/junit_01.xml``,
-saves a compact copy of the results as ``docs/conformance/<peer>.json`` and re-renders
-``docs/conformance.md`` from both peers' saved runs (`conformance.report`). ``--ci`` runs only
-the specs listed in ``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today)
-and touches no docs.
+parallel, keeps the suite's JUnit report in ``<cache>/conformance/<peer>/junit_01.xml`` (a full
+run) or in ``<cache>/conformance/<peer>-<focus|ci>/<UTC time>/`` (a focused or CI run: each has
+its own, none touches the full run's), saves a compact copy of the results as
+``docs/conformance/<peer>.json`` and re-renders ``docs/conformance.md`` from both peers' saved
+runs (`conformance.report`). ``--ci`` runs only the specs listed in
+``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today) and touches no docs;
+nor does ``--focus``.
 """
 
 from __future__ import annotations
@@ -82,22 +84,36 @@ def commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
-def ci_focus(path: Path = CI_SPECS) -> str:
-    """A focus regexp matching exactly the specs listed in `path` (one full text a line)."""
-    names = [
+def listed_specs(path: Path = CI_SPECS) -> list[str]:
+    """The spec names of a ci-specs.txt (one full text a line; # comments); none if absent."""
+    if not path.is_file():
+        return []
+    return [
         line.strip()
         for line in path.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
+
+
+def ci_focus(path: Path = CI_SPECS) -> str:
+    """A focus regexp matching exactly the specs listed in `path` (one full text a line).
+    Ginkgo matches it against the suite's description, a space and the spec's text
+    ("Kubernetes e2e suite [sig-node] ..."): a name is anchored at the end and after a space,
+    not at the start (a ``^`` there matched nothing, and the CI subset ran 0 specs)."""
+    names = listed_specs(path)
     if not names:
         raise SystemExit(f"{path} lists no specs")
-    return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
+    return r"(?:^|\s)(?:" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> int:
-    """Write the CI subset: the specs that passed in nodeagent's saved run (and with the kubelet,
-    when that run exists), fastest first, while their summed time / procs fits the budget."""
-    runs = {p: report.load_run(REPO / "docs" / "conformance" / f"{p}.json") for p in report.PEERS}
+def write_ci_list(
+    budget_seconds: float, procs: int, path: Path = CI_SPECS, docs: Path = REPO / "docs"
+) -> int:
+    """Write the CI subset: the specs already listed (the subset grows, never shrinks: a spec
+    added from a focused run stays), then those that passed in nodeagent's saved run (and with
+    the kubelet, when that run exists), fastest first, while their summed time / procs fits the
+    budget."""
+    runs = {p: report.load_run(docs / "conformance" / f"{p}.json") for p in report.PEERS}
     nodeagent = runs["nodeagent"]
     if nodeagent is None:
         raise SystemExit("no saved nodeagent run: `make conformance` first")
@@ -110,9 +126,11 @@ def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> i
         (r for r in nodeagent.results if r.status == "passed"),
         key=lambda r: (r.seconds, r.name),
     )
-    chosen, total = [], 0.0
+    chosen = listed_specs(path)
+    seconds = {r.name: r.seconds for r in nodeagent.results}
+    total = sum(seconds.get(name, 0.0) for name in chosen)
     for r in passed:
-        if kubelet_passed is not None and r.name not in kubelet_passed:
+        if r.name in chosen or (kubelet_passed is not None and r.name not in kubelet_passed):
             continue
         if (total + r.seconds) / procs > budget_seconds:
             break
@@ -120,13 +138,47 @@ def write_ci_list(budget_seconds: float, procs: int, path: Path = CI_SPECS) -> i
         total += r.seconds
     header = [
         "# The CI subset (`make conformance-ci`): specs that passed with nodeagent (and with",
-        "# the kubelet) in the saved runs of docs/conformance/, fastest first,",
-        f"# ~{budget_seconds / 60:.0f} min of spec time at {procs} processes.",
+        "# the kubelet) in the saved runs of docs/conformance/ or in a focused run, fastest",
+        f"# first, ~{budget_seconds / 60:.0f} min of spec time at {procs} processes; it grows,",
+        "# never shrinks (ci-list keeps every listed spec).",
         "# Regenerate: python -m conformance ci-list. One full spec text a line.",
     ]
-    path.write_text("\n".join([*header, *sorted(chosen)]) + "\n")
+    path.write_text("\n".join([*header, *sorted(set(chosen))]) + "\n")
     say(f"{len(chosen)} specs in {path} ({total / 60:.1f} min of spec time)")
     return 0
+
+
+KEEP_NARROW_RUNS = 20
+
+
+def run_dir(root: Path, peer: str, kind: str, now: datetime.datetime) -> Path:
+    """A new, empty directory for one run's JUnit report, ginkgo log and (kubelet) node state.
+
+    A full run (``kind`` "full") owns ``<root>/<peer>``, emptied first: the docs are made from
+    it. A focused or CI run gets ``<root>/<peer>-<kind>/<UTC time>`` of its own, so that two of
+    them, or one after a full run, do not overwrite each other's reports; the oldest are pruned
+    beyond the last KEEP_NARROW_RUNS."""
+    if kind == "full":
+        work = root / peer
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        return work
+    parent = root / f"{peer}-{kind}"
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        work = parent / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            work.mkdir()
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise SystemExit(f"no free run directory under {parent}")
+    older = sorted(d for d in parent.iterdir() if d.is_dir() and d != work)
+    for old in older[: max(0, len(older) - (KEEP_NARROW_RUNS - 1))]:
+        shutil.rmtree(old, ignore_errors=True)
+    return work
 
 
 def suite_timeout(value: str, now: datetime.datetime) -> str:
@@ -171,9 +223,11 @@ def run(args: argparse.Namespace) -> int:
         registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
     )
     say(f"{len(pushed)} e2e images pushed to {registry_host}")
-    work = cache_dir() / "conformance" / args.peer
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    kind = "ci" if args.ci else "focus" if args.focus else "full"
+    work = run_dir(
+        cache_dir() / "conformance", args.peer, kind, datetime.datetime.now(datetime.UTC)
+    )
+    say(f"this run's reports: {work}")
     repo_list = work / "repo-list.yaml"
     repo_list.write_text(images.repo_list(registry_host))
 

@@ -10,13 +10,23 @@ the machine. host-local keeps its leases in a private `dataDir`, not in /var/lib
 The bridge plugin creates the bridge on the first pod and, being a gateway, turns on
 `net.ipv4.ip_forward`; `remove_network` deletes the bridge and restores `ip_forward` when no other
 harness bridge is left.
+
+`na-cni0` on the node's podCIDR is `make up`'s. A test session (each xdist worker) takes a bridge
+and /24 of its own with `leased_network` (a lease file per index under `LEASES`, a dead holder's
+lease free again): sessions of several checkouts on one machine, and `make up`, never share a
+bridge, which the first of them to stop would delete under the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import ipaddress
 import json
+import os
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +110,90 @@ def remove_network(net: CniNetwork, *, ip_forward_before: str | None = None) -> 
     others = [name for name in _links() if name.startswith(OUR_DEVICE_PREFIX)]
     if ip_forward_before == "0" and not others and read_ip_forward() != "0":
         IP_FORWARD.write_text("0\n")
+
+
+# --- a bridge and /24 of a test session's own --------------------------------------------------
+
+LEASES = Path("/run/nodeagent-harness/bridges")  # <n>: the pid holding na-cni<n> and 10.244.<n>/24
+# 0 is `make up`'s (na-cni0 on the node's podCIDR); 1-7 are left to older harnesses, whose
+# xdist workers took gw<n> -> <n>; 249 is the agent-restart tests', 250-251 the benches'.
+SESSION_INDICES = range(8, 249)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(lease: Path) -> int | None:
+    try:
+        return int(lease.read_text().strip() or "0") or None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def lease_index(
+    leases: Path,
+    *,
+    pid: int,
+    in_use: Callable[[int], bool],
+    alive: Callable[[int], bool] = _alive,
+) -> int:
+    """The first index of SESSION_INDICES that no live process holds and `in_use` (a bridge of
+    that name exists, its subnet is routed) does not refuse, leased to `pid`. Every session,
+    and each xdist worker, gets its own: a shared bridge would be deleted under the others by
+    the first session to end (and `make up`'s with it)."""
+    leases.mkdir(parents=True, exist_ok=True)
+    with (leases / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for n in SESSION_INDICES:
+            holder = _holder(leases / str(n))
+            if (holder is not None and alive(holder)) or in_use(n):
+                continue
+            (leases / str(n)).write_text(f"{pid}\n")
+            return n
+    raise RuntimeError(f"no free pod bridge among na-cni{SESSION_INDICES[0]}..: see {leases}")
+
+
+def release_index(leases: Path, n: int, *, pid: int) -> None:
+    lease = leases / str(n)
+    if _holder(lease) == pid:
+        lease.unlink(missing_ok=True)
+
+
+def session_network(n: int, base: Path) -> CniNetwork:
+    """na-cni<n> serving the n-th /24 of the cluster's pod range."""
+    first = ipaddress.ip_network(NODE_POD_SUBNET)
+    start = int(first.network_address) + n * first.num_addresses
+    subnet = str(ipaddress.ip_network((start, first.prefixlen)))
+    return CniNetwork(
+        conf_dir=base / "net.d", ipam_dir=base / "ipam", subnet=subnet, bridge=f"na-cni{n}"
+    )
+
+
+def _taken(n: int) -> bool:
+    net = session_network(n, Path("/nonexistent"))
+    if net.bridge in _links():
+        return True
+    out = subprocess.run(
+        ["ip", "-j", "route", "show", "root", net.subnet],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return bool(json.loads(out or "[]"))
+
+
+@contextlib.contextmanager
+def leased_network(base: Path, *, leases: Path = LEASES) -> Iterator[CniNetwork]:
+    """A bridge and /24 that no other live session (nor `make up`) uses, for as long as the
+    block runs."""
+    pid = os.getpid()
+    n = lease_index(leases, pid=pid, in_use=_taken)
+    try:
+        yield session_network(n, base)
+    finally:
+        release_index(leases, n, pid=pid)

@@ -11,14 +11,14 @@
   ``registry`` allowed over plain HTTP and the stock registries mirrored to it (``busybox`` pulls
   from ``registry``, never the internet); ``.endpoint``, ``.ctr(*args)``, ``.pod_subnet``.
 
-All are session-scoped (per xdist worker: each worker gets its own bridge and /24). When a test
-that used them fails, the tails of the containerd and registry logs are added to its report.
+All are session-scoped (per xdist worker). Each session (each worker) leases a bridge and /24 of
+its own (``cni.leased_network``), never ``make up``'s ``na-cni0`` nor another checkout's. When a
+test that used them fails, the tails of the containerd and registry logs are added to its report.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import shutil
 import subprocess
 import tempfile
@@ -125,30 +125,20 @@ def registry(
         reg.stop()
 
 
-def _worker_network(worker_id: str, base: Path) -> cni.CniNetwork:
-    """gw0/master: na-cni0 on the first node subnet; gwN: na-cniN on the N-th /24."""
-    n = int(worker_id.removeprefix("gw")) if worker_id.startswith("gw") else 0
-    first = ipaddress.ip_network(netsafety.NODE_POD_SUBNET)
-    start = int(first.network_address) + n * first.num_addresses
-    subnet = str(ipaddress.ip_network((start, first.prefixlen)))
-    return cni.CniNetwork(
-        conf_dir=base / "net.d", ipam_dir=base / "ipam", subnet=subnet, bridge=f"na-cni{n}"
-    )
-
-
 @pytest.fixture(scope="session")
 def containerd(
     images: dict[str, BuiltImage],
     registry: Registry,
-    worker_id: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RuntimeEnv]:
     logs = tmp_path_factory.mktemp("containerd-logs")
     base = Path(tempfile.mkdtemp(prefix="na-ctd-"))  # short: the socket path must fit
-    net = _worker_network(worker_id, base)
     ip_forward_before = cni.read_ip_forward()
     try:
-        with netsafety.unreachable_routes((netsafety.POD_CIDR, netsafety.SERVICE_CIDR)):
+        with (
+            cni.leased_network(base) as net,
+            netsafety.unreachable_routes((netsafety.POD_CIDR, netsafety.SERVICE_CIDR)),
+        ):
             cni.check_subnet_free(net)
             cni.write_conflist(net)
             config = ContainerdConfig(

@@ -15,7 +15,10 @@ in-memory API (``podnode.running_node`` with a running ``EventRecorder``).
   readiness probe keeps its ``ready`` (in ``initContainerStatuses``) and the pod's Ready false;
 - the whole agent (proxy on) on the real control plane: a Service's pod that fails its
   readiness probe is a not-ready endpoint in the EndpointSlice the controller writes, and curl
-  to the ClusterIP from the node's network namespace only ever reaches the ready pod.
+  to the ClusterIP from the node's network namespace only ever reaches the ready pod;
+- the whole agent on the real control plane: a deleted pod whose container takes 20 s to
+  shut down is not Ready within seconds (its readiness probe still runs), and its failing
+  liveness probe is off meanwhile (no Unhealthy Event, no restart).
 """
 
 from __future__ import annotations
@@ -583,3 +586,106 @@ async def test_a_pod_failing_readiness_gets_no_service_traffic(
             await until("the ClusterIP answering", answered, within=30)
             answers = [await curl(f"{cluster_ip}:80") for _ in range(12)]
             assert answers == ["good"] * 12, answers
+
+
+def shutting_down_pod(name: str, namespace: str, node: str) -> dict[str, Any]:
+    """busybox whose SIGTERM handler removes the files its readiness and liveness probes read,
+    then takes 20 s to exit (of a 30 s grace period): the e2e probe-on-terminating specs' pod."""
+    script = (
+        "trap 'rm -f /tmp/ready /tmp/alive; sleep 20; exit 0' TERM; "
+        "touch /tmp/ready /tmp/alive; while true; do sleep 1; done"
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", script],
+                    "readinessProbe": {
+                        "exec": {"command": ["cat", "/tmp/ready"]},
+                        "initialDelaySeconds": 1,
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                    "livenessProbe": {
+                        "exec": {"command": ["cat", "/tmp/alive"]},
+                        "initialDelaySeconds": 1,
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_a_terminating_pod_goes_unready_at_once_and_its_liveness_is_off(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    """While a deleted pod's container runs out its grace period, its failing readiness probe
+    makes the pod not Ready within seconds (taking it out of its Services' endpoints), as the
+    kubelet's does; its liveness probe, failing too, is off: no Unhealthy Event, no restart."""
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns, name = node.namespace, "stopping"
+        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        code, answer = control_plane.api_request(
+            "POST", f"/api/v1/namespaces/{ns}/pods", body=shutting_down_pod(name, ns, node.name)
+        )
+        assert code == 201, (code, answer)
+
+        def pod() -> dict[str, Any]:
+            return api_get(control_plane, path) or {}
+
+        await until(
+            "the pod Ready",
+            lambda: condition(pod(), "Ready").get("status") == "True",
+            within=90,
+            explain=lambda: (pod().get("status"), node.log_tail(1500)),
+        )
+        # False (the readiness probe's initial delay) then True: the False's reason is gone
+        assert "reason" not in condition(pod(), "Ready"), condition(pod(), "Ready")
+        assert "message" not in condition(pod(), "ContainersReady"), pod()["status"]
+        code, answer = control_plane.api_request("DELETE", path)
+        assert code == 200, (code, answer)
+        deleted = time.monotonic()
+
+        def unready_while_running() -> dict[str, Any] | None:
+            current = pod()
+            if condition(current, "Ready").get("status") != "False":
+                return None
+            return current
+
+        seen = await until(
+            "the terminating pod not Ready",
+            unready_while_running,
+            within=15,
+            every=0.2,
+            explain=lambda: (pod().get("status"), node.log_tail(1500)),
+        )
+        took = time.monotonic() - deleted
+        assert seen["metadata"].get("deletionTimestamp"), seen["metadata"]
+        assert "running" in status_of(seen)["state"], status_of(seen)  # still shutting down
+        assert status_of(seen)["ready"] is False
+        assert condition(seen, "ContainersReady")["status"] == "False"
+        assert condition(seen, "Ready")["message"] == "containers with unready status: [app]"
+        assert took < 15, took  # within a few probe periods, not at the end of the 20 s
+
+        await until("the pod gone", lambda: not pod(), within=60, every=0.5)
+        listed = api_get(control_plane, f"/api/v1/namespaces/{ns}/events") or {}
+        about = [e for e in listed.get("items", []) if e["involvedObject"]["name"] == name]
+        messages = [(e["reason"], e["message"]) for e in about]
+        assert any(
+            reason == "Unhealthy" and message.startswith("Readiness probe failed: cat: ")
+            for reason, message in messages
+        ), messages
+        assert not [m for m in messages if "iveness" in m[1]], messages
+        assert [r for r, _ in messages].count("Started") == 1, messages  # never restarted

@@ -20,6 +20,9 @@ def test_the_focus_matches_exactly_the_listed_specs(tmp_path: Path) -> None:
 
     assert focus.search(HOST_IP)
     assert focus.search(HOOK)
+    # what ginkgo matches a focus against: the suite's description, a space, the spec's text
+    assert focus.search(f"Kubernetes e2e suite {HOST_IP}")
+    assert not focus.search(f"Kubernetes e2e suite x{HOST_IP}")
     assert not focus.search(HOST_IP + " and more")
     assert not focus.search("[sig-node] Pods should get a host IP")
     assert not focus.search("# a comment")

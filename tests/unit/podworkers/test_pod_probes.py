@@ -4,6 +4,7 @@ liveness probe fails (killed with the probe's grace, restarted, then backed off)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,10 @@ async def test_readiness_drives_the_ready_flag_and_the_pods_ready_conditions() -
         codes["check"] = 0
         await until(lambda: app_status(server).get("ready") is True, within=5)
         assert conditions(server)["Ready"] == "True"
+        # the reason and message of the False condition go with it, not merged into the True
+        for kind in ("Ready", "ContainersReady"):
+            assert "reason" not in condition(server, kind), condition(server, kind)
+            assert "message" not in condition(server, kind), condition(server, kind)
         codes["check"] = 1
         await until(lambda: conditions(server).get("Ready") == "False", within=5)
 
@@ -217,3 +222,57 @@ async def test_a_sidecars_failed_liveness_restarts_it_and_leaves_the_app_running
         ) in events.events
         assert len(await stack.running("app")) == 1
         assert app_status(server)["restartCount"] == 0
+
+
+async def test_a_terminating_pod_goes_unready_while_its_container_shuts_down() -> None:
+    """As the kubelet's: a deleted pod's readiness probe still runs while its containers get
+    their grace period, and its failure reaches the API at once (the pod's worker is busy
+    killing); its liveness probe is stopped, so its failure during shutdown does not count."""
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    runtime.stop_seconds = 20  # a SIGTERM handler that drops both files, then sleeps 20 s
+
+    def probe(container_id: str, cmd: Sequence[str]) -> cri.ExecSyncResponse:
+        stopping = container_id in runtime.grace_periods
+        return cri.ExecSyncResponse(stdout=b"no such file\n", exit_code=1 if stopping else 0)
+
+    runtime.exec_handler = probe
+    events = Recorded()
+    ready = {"exec": {"command": ["ready"]}, "periodSeconds": 2, "failureThreshold": 1}
+    alive = {"exec": {"command": ["alive"]}, "periodSeconds": 1, "failureThreshold": 1}
+    async with running_stack(server, runtime, events=events) as stack:
+        seed(
+            server,
+            containers=[
+                container("app", command=["sleep", "1"], readinessProbe=ready, livenessProbe=alive)
+            ],
+            grace=30,
+        )
+        await until(lambda: conditions(server).get("Ready") == "True", within=10)
+        [app] = await stack.containers("app")
+
+        def delete(obj: dict[str, Any]) -> None:
+            obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:05Z"
+            obj["metadata"]["deletionGracePeriodSeconds"] = 30
+
+        server.modify(PODS, "web", delete, "default")
+        await until(lambda: app.id in runtime.grace_periods, within=5)
+        stopping = asyncio.get_running_loop().time()
+        await until(lambda: conditions(server).get("Ready") == "False", within=5)
+
+        assert asyncio.get_running_loop().time() - stopping < 5  # not at the end of the 20 s
+        assert "running" in app_status(server)["state"]
+        assert app_status(server)["ready"] is False
+        assert conditions(server)["ContainersReady"] == "False"
+        assert condition(server, "Ready")["reason"] == "ContainersNotReady"
+        assert condition(server, "Ready")["message"] == "containers with unready status: [app]"
+        assert (
+            "spec.containers{app}",
+            "Unhealthy",
+            "Readiness probe failed: no such file\n",
+        ) in events.events
+        await until(lambda: server.stored(PODS, "web", "default") is None, within=40)
+        assert app_status(server) == {}
+        liveness = [e for e in events.events if "Liveness" in e[2] or "liveness" in e[2]]
+        assert liveness == []
+        assert runtime.grace_periods == {app.id: 30}  # killed once, by the deletion

@@ -260,6 +260,27 @@ async def test_workers_stop_with_the_pod_and_their_results_go() -> None:
         assert len(h.runtime.calls) == calls
 
 
+async def test_readiness_goes_on_probing_a_terminating_pod_and_says_what_it_found() -> None:
+    h = Harness(
+        probed(
+            livenessProbe=exec_probe("alive", periodSeconds=1, failureThreshold=1),
+            readinessProbe=exec_probe("ready", periodSeconds=1, failureThreshold=1),
+        )
+    )
+    async with started(h):
+        assert h.prober.readiness_results(h.pod.uid) == {}
+        h.run_container("c1")
+        await asyncio.sleep(1.5)
+        assert h.prober.readiness_results(h.pod.uid) == {"c1": True}
+        h.prober.stop_liveness_and_startup(h.pod)  # the pod is being killed
+        h.runtime.exit_codes["ready"] = h.runtime.exit_codes["alive"] = 1
+        await asyncio.sleep(2)
+        assert h.prober.readiness_results(h.pod.uid) == {"c1": False}
+        assert h.prober.failed_probes(h.pod.uid) == {}  # no liveness verdict any more
+        assert {m for _, _, _, m in h.events.recorded} == {"Readiness probe failed: ready said 1"}
+        assert h.prober.readiness_results("another-pod") == {}
+
+
 async def test_a_terminal_pod_ends_its_workers() -> None:
     h = Harness(probed(readinessProbe=exec_probe("ready", periodSeconds=1)))
     async with started(h):

@@ -11,7 +11,12 @@ from nodeagent.kuberuntime.runtime_state import (
     SandboxRecord,
 )
 from nodeagent.podspec import Pod, decode_pod
-from nodeagent.status import WaitingReason, generate_pod_status, rejected_status
+from nodeagent.status import (
+    WaitingReason,
+    generate_pod_status,
+    rejected_status,
+    with_container_readiness,
+)
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.status.manager import status_patch
 from nodeagent.testing.pods import container, pod, pod_object
@@ -448,3 +453,77 @@ def test_the_status_patch_carries_only_the_agents_conditions_and_replaces_ip_lis
     assert patch["podIPs"] == [{"ip": "10.88.0.7"}, {"$patch": "replace"}]
     assert patch["hostIPs"] == [{"ip": "192.0.2.10"}, {"$patch": "replace"}]
     assert [c["type"] for c in s["conditions"]][1] == "example.com/lb"  # the input is untouched
+
+
+def test_a_condition_without_reason_or_message_deletes_the_old_ones() -> None:
+    s = status(pod(), record("app", ContainerState.RUNNING))
+    s["conditions"].append({"type": "example.com/lb", "status": "True"})
+
+    by_type = {c["type"]: c for c in status_patch(s)["conditions"]}
+
+    assert by_type["Ready"]["status"] == "True"
+    assert (by_type["Ready"]["reason"], by_type["Ready"]["message"]) == (None, None)
+    unready = status(pod(), record("app", ContainerState.EXITED, exit_code=1))
+    ready = {c["type"]: c for c in status_patch(unready)["conditions"]}["Ready"]
+    assert ready["reason"] == "ContainersNotReady"  # a reason it has is sent as it is
+    assert "example.com/lb" not in by_type  # nor is another's condition touched
+
+
+LATER = "2026-01-01T00:06:00Z"
+
+
+def test_a_readiness_result_moves_the_ready_flag_and_both_conditions() -> None:
+    p = pod(deleted=True)  # terminating: the worker is busy killing, readiness still counts
+    before = status(p, record("app", ContainerState.RUNNING))
+    assert conditions(before)["Ready"] == ("True", "", "")
+
+    after = with_container_readiness(p, before, {"c1": False}, now=LATER)
+
+    assert after is not None
+    assert after["containerStatuses"][0]["ready"] is False
+    assert after["containerStatuses"][0]["state"] == before["containerStatuses"][0]["state"]
+    unready = ("False", "ContainersNotReady", "containers with unready status: [app]")
+    assert conditions(after)["Ready"] == unready
+    assert conditions(after)["ContainersReady"] == unready
+    times = {c["type"]: c["lastTransitionTime"] for c in after["conditions"]}
+    assert times["Ready"] == times["ContainersReady"] == LATER
+    assert [c["type"] for c in after["conditions"]] == [c["type"] for c in before["conditions"]]
+    assert {k: v for k, v in after.items() if k not in ("conditions", "containerStatuses")} == {
+        k: v for k, v in before.items() if k not in ("conditions", "containerStatuses")
+    }
+    assert before["containerStatuses"][0]["ready"] is True  # the input is left alone
+
+    again = with_container_readiness(p, after, {"c1": True}, now=LATER)
+    assert again is not None and conditions(again)["Ready"] == ("True", "", "")
+
+
+def test_a_readiness_result_that_changes_nothing_or_is_someone_elses_gives_none() -> None:
+    p = pod()
+    running = status(p, record("app", ContainerState.RUNNING))
+    exited = status(p, record("app", ContainerState.EXITED, exit_code=1))
+
+    assert with_container_readiness(p, running, {"c1": True}, now=LATER) is None
+    assert with_container_readiness(p, running, {"old-container": False}, now=LATER) is None
+    assert with_container_readiness(p, exited, {"c1": True}, now=LATER) is None
+
+
+def test_a_sidecars_readiness_result_moves_its_init_status_and_the_pod() -> None:
+    sidecar = container("proxy", command=["sleep", "3600"], restartPolicy="Always")
+    p = pod(init_containers=[sidecar])
+    before = status(
+        p,
+        record("proxy", ContainerState.RUNNING, id="s1"),
+        record("app", ContainerState.RUNNING, id="c1"),
+    )
+    assert conditions(before)["Ready"] == ("True", "", "")
+
+    after = with_container_readiness(p, before, {"s1": False}, now=LATER)
+
+    assert after is not None
+    assert after["initContainerStatuses"][0]["ready"] is False
+    assert after["containerStatuses"][0]["ready"] is True
+    assert conditions(after)["Ready"] == (
+        "False",
+        "ContainersNotReady",
+        "containers with unready status: [proxy]",
+    )
