@@ -8,7 +8,11 @@ except a follower's reads of what was just written (page cache, at most 64 KiB a
 parsing and filtering run on the loop, one chunk at a time.
 
 Follow keeps the current file open: at its end it waits on :class:`DirWatch` (inotify) for a
-write or a rotation; when ``<path>`` is a different file than the one open (renamed away by a
+write or a rotation. Given a :class:`Sink` (the HTTP response's connection), what the runtime
+appends while the follower waits is read and written to the client in the inotify callback
+itself, with no task to wake between the runtime's write and the socket (the task then only
+checks for a rotation); without one, or while the client's buffer is full, the task reads and
+yields it; when ``<path>`` is a different file than the one open (renamed away by a
 rotation and recreated by the runtime's ``ReopenContainerLog``), it finishes the old one and
 continues at the start of the new one. It stops when the container is no longer running (asked
 at most once a second while idle) and the file has nothing more.
@@ -21,7 +25,7 @@ import glob
 import gzip
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 from nodeagent.containerlogs.cri import Entry, LogParser, fixed_timestamp, timestamp_ns
 from nodeagent.containerlogs.options import LogOptions
@@ -30,6 +34,18 @@ from nodeagent.containerlogs.watch import DirWatch
 CHUNK: Final = 1 << 20
 FOLLOW_CHUNK: Final = 64 << 10
 RUNNING_CHECK: Final = 1.0
+
+
+class Sink(Protocol):
+    """Where a follower writes new lines at once (the client's connection), bypassing the
+    generator."""
+
+    def writable(self) -> bool:
+        """Whether a chunk may be written now without waiting (connection open, its buffer
+        below the high-water mark)."""
+        ...
+
+    def write(self, data: bytes) -> None: ...
 
 
 def log_files(path: str) -> list[str]:
@@ -128,10 +144,14 @@ async def read_log(
     *,
     running: Callable[[], Awaitable[bool]],
     client_alive: Callable[[], bool] = lambda: True,
+    sink: Sink | None = None,
 ) -> AsyncIterator[bytes]:
     """The log of one container instance, as the client sees it. A follower also ends when
     ``client_alive()`` turns false (asked while the log is idle: a client that went away
-    while nothing was written)."""
+    while nothing was written). With ``sink``, lines a follower sees appended while it waits
+    go to ``sink.write`` instead of being yielded; the consumer must have written every chunk
+    it was given before it asks for the next (as ``async for`` ... ``await write`` does), so
+    that the two stay in order."""
     out = _Output(options)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -166,7 +186,7 @@ async def read_log(
         if not options.follow or out.done:
             return
         async for chunk in _follow(
-            path, fd, parser, out, running=running, client_alive=client_alive
+            path, fd, parser, out, running=running, client_alive=client_alive, sink=sink
         ):
             yield chunk
     finally:
@@ -188,10 +208,28 @@ async def _follow(
     *,
     running: Callable[[], Awaitable[bool]],
     client_alive: Callable[[], bool],
+    sink: Sink | None,
 ) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
-    async with DirWatch(os.path.dirname(path) or ".") as watch:
-        idle_since = loop.time() - RUNNING_CHECK  # the first end of file asks at once
+    idle_since = loop.time() - RUNNING_CHECK  # the first end of file asks at once
+    waiting = False  # parked in watch.wait: everything yielded so far is written
+
+    def on_change() -> None:
+        """In the inotify callback: what was appended, straight to the client."""
+        nonlocal idle_since, sink
+        if not waiting or sink is None or out.done or not sink.writable():
+            return
+        try:
+            data = _read_new(fd)
+        except OSError:
+            sink = None  # the task's own read meets the error and ends the follow
+            return
+        if data:
+            idle_since = loop.time()
+            if chunk := out.render(parser.feed(data)):
+                sink.write(chunk)
+
+    async with DirWatch(os.path.dirname(path) or ".", on_change) as watch:
         exiting = False
         while not out.done:
             data = _read_new(fd)
@@ -220,6 +258,10 @@ async def _follow(
                 if not await running():
                     exiting = True  # one more read for what it wrote before it exited
                     continue
-            await watch.wait(RUNNING_CHECK)
+            waiting = True
+            try:
+                await watch.wait(RUNNING_CHECK)
+            finally:
+                waiting = False
         if chunk := out.render(parser.flush()):
             yield chunk

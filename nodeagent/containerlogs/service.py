@@ -14,7 +14,7 @@ from typing import Any
 
 from nodeagent.clock import Clock
 from nodeagent.containerlogs.options import LogOptions
-from nodeagent.containerlogs.reader import read_log
+from nodeagent.containerlogs.reader import Sink, read_log
 from nodeagent.kuberuntime import CriError, CriNotFound, RuntimeService
 from nodeagent.kuberuntime import types as cri
 
@@ -147,8 +147,9 @@ class ContainerLogs:
         options: LogOptions,
         *,
         client_alive: Callable[[], bool] = lambda: True,
+        sink: Sink | None = None,
     ) -> AsyncIterator[bytes]:
         async def running() -> bool:
             return await self.running(target.container_id)
 
-        return read_log(target.path, options, running=running, client_alive=client_alive)
+        return read_log(target.path, options, running=running, client_alive=client_alive, sink=sink)

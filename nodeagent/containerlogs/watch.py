@@ -3,7 +3,9 @@
 :class:`DirWatch` puts an inotify descriptor (through ``ctypes``: the C library's
 ``inotify_init1``/``inotify_add_watch``) on the event loop with ``loop.add_reader``; a write to
 any file in the directory, or a file created or renamed there (a rotation), sets an
-``asyncio.Event``. Where inotify is not available it degrades to a short poll
+``asyncio.Event``, after calling the optional ``on_change`` (synchronously, in the reader
+callback: a follower writes a new line to its client from there, without waiting for its task
+to be scheduled). Where inotify is not available it degrades to a short poll
 (:data:`POLL_INTERVAL`), which the caller cannot tell apart except by latency.
 """
 
@@ -15,6 +17,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+from collections.abc import Callable
 from typing import Final
 
 POLL_INTERVAL: Final = 0.25
@@ -38,8 +41,9 @@ def _lib() -> ctypes.CDLL | None:
 class DirWatch:
     """``async with DirWatch(directory) as w: await w.wait(timeout)``."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, on_change: Callable[[], None] | None = None) -> None:
         self._directory = directory
+        self._on_change = on_change
         self._fd = -1
         self._changed = asyncio.Event()
         self.inotify = False
@@ -70,7 +74,11 @@ class DirWatch:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             while os.read(self._fd, 65536):
                 pass
-        self._changed.set()
+        try:
+            if self._on_change is not None:
+                self._on_change()
+        finally:
+            self._changed.set()
 
     async def wait(self, seconds: float) -> None:
         """Until something changed in the directory, or ``seconds`` (at most

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,12 @@ def test_previous_and_current_instances() -> None:
     assert choose_container(p, "app", previous=True) == "a"
 
 
+Served = tuple[TestClient[Any, Any], Path, Callable[[], Awaitable[None]]]
+"""The client, the pods' log directory, and a way to stop the container."""
+
+
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Path]]:
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
     runtime = FakeRuntime()
     runtime.publish(IMAGE)
     await runtime.pull_image(IMAGE)
@@ -98,14 +103,16 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Pa
     app[LOGS] = ContainerLogs(
         runtime=runtime, pods=lambda ns, name: pods.get((ns, name)), clock=FrozenClock()
     )
+
+    async def stop() -> None:
+        await runtime.stop_container(cid, 0)
+
     async with TestClient(TestServer(app)) as client:
-        yield client, tmp_path
+        yield client, tmp_path, stop
 
 
-async def test_the_log_and_the_errors_over_http(
-    served: tuple[TestClient[Any, Any], Path],
-) -> None:
-    client, _ = served
+async def test_the_log_and_the_errors_over_http(served: Served) -> None:
+    client, _, _ = served
     r = await client.get("/containerLogs/default/web/app")
     assert (r.status, await r.text()) == (200, "hello\nworld\n")
     r = await client.get("/containerLogs/default/web/app?timestamps=true&stream=Stderr")
@@ -117,3 +124,29 @@ async def test_the_log_and_the_errors_over_http(
     r = await client.get("/containerLogs/default/web/app?tailLines=-2")
     assert r.status == 400
     assert "tailLines: Invalid value: -2" in await r.text()
+
+
+async def test_a_followed_log_streams_appended_lines_as_valid_chunks(served: Served) -> None:
+    """``follow=true`` over a real connection: the history, then each appended line as it is
+    written (those go out from the follower's inotify callback), all in one well-formed chunked
+    body (the client's parser checks the framing) that ends when the container stops."""
+    client, logs, stop = served
+    log = logs / "app" / "0.log"
+    r = await client.get("/containerLogs/default/web/app?follow=true")
+    assert r.status == 200
+    assert r.headers["Transfer-Encoding"] == "chunked"
+    assert await r.content.readline() == b"hello\n"
+    assert await r.content.readline() == b"world\n"
+    for n in range(3):
+        with log.open("a") as f:
+            f.write(f"2026-11-25T04:00:1{n}Z stdout F line {n}\n")
+        async with asyncio.timeout(5):
+            assert await r.content.readline() == f"line {n}\n".encode()
+    with log.open("a") as f:
+        f.write("2026-11-25T04:00:20Z stdout P last \n2026-11-25T04:00:20Z stdout F words\n")
+    async with asyncio.timeout(5):
+        assert await r.content.readline() == b"last words\n"
+    await stop()
+    async with asyncio.timeout(10):
+        assert await r.content.read() == b""  # the terminating chunk came
+    assert r.content.at_eof()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gzip
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,100 @@ async def test_follow_ends_when_the_client_is_gone(tmp_path: Path) -> None:
             got.append(chunk)
             alive[0] = False
     assert got == [b"hi\n"]
+
+
+class RecordingSink:
+    """A client connection: what was written to it, and whether it takes more now."""
+
+    def __init__(self, got: list[bytes]) -> None:
+        self.got = got
+        self.open = True
+        self.writes = 0
+
+    def writable(self) -> bool:
+        return self.open
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+        self.got.append(data)
+
+
+async def until(condition: Callable[[], bool], what: Callable[[], object]) -> None:
+    for _ in range(300):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"gave up waiting; have {what()!r}")
+
+
+async def test_a_follower_with_a_sink_writes_appended_lines_to_it_in_order(
+    tmp_path: Path,
+) -> None:
+    """Lines appended while the follower waits go to the sink (from the inotify callback);
+    while the sink takes nothing they are yielded; either way the client sees one stream in
+    order, partial lines joined."""
+    log = tmp_path / "0.log"
+    log.write_text(rec(1, "stdout", "F", "history"))
+    running = True
+
+    async def is_running() -> bool:
+        return running
+
+    got: list[bytes] = []
+    sink = RecordingSink(got)
+    stream = read_log(str(log), LogOptions(follow=True), running=is_running, sink=sink)
+
+    async def consume() -> None:
+        async for chunk in stream:
+            got.append(chunk)
+
+    task = asyncio.create_task(consume())
+    joined = lambda: b"".join(got)  # noqa: E731
+    await until(lambda: joined() == b"history\n", joined)
+    with log.open("a") as f:
+        f.write(rec(2, "stdout", "P", "one "))
+        f.flush()
+        f.write(rec(2, "stdout", "F", "line"))
+    await until(lambda: joined() == b"history\none line\n", joined)
+    assert sink.writes >= 1  # the appended line went through the sink
+    sink.open = False  # a full client buffer: the task reads and yields instead
+    writes = sink.writes
+    with log.open("a") as f:
+        f.write(rec(3, "stderr", "F", "while full"))
+    await until(lambda: joined().endswith(b"while full\n"), joined)
+    assert sink.writes == writes
+    sink.open = True
+    running = False
+    with log.open("a") as f:
+        f.write(rec(4, "stdout", "F", "bye"))
+    async with asyncio.timeout(5):
+        await task
+    assert joined() == b"history\none line\nwhile full\nbye\n"
+
+
+async def test_a_sink_keeps_limit_bytes_and_ends_the_follow(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    log.write_text(rec(1, "stdout", "F", "abc"))
+
+    async def running() -> bool:
+        return True
+
+    got: list[bytes] = []
+    stream = read_log(
+        str(log),
+        LogOptions(follow=True, limit_bytes=6),
+        running=running,
+        sink=RecordingSink(got),
+    )
+
+    async def consume() -> None:
+        async for chunk in stream:
+            got.append(chunk)
+
+    task = asyncio.create_task(consume())
+    await until(lambda: b"".join(got) == b"abc\n", got.copy)
+    with log.open("a") as f:
+        f.write(rec(2, "stdout", "F", "defgh"))
+    async with asyncio.timeout(5):
+        await task  # the limit reached: the follow ends though the container runs
+    assert b"".join(got) == b"abc\nde"
