@@ -44,6 +44,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -184,6 +185,20 @@ def pod_counts(plane: ControlPlane) -> dict[str, int]:
     return counts
 
 
+def warning_events(plane: ControlPlane) -> dict[str, int]:
+    """The pods' Warning Events so far, counted by reason and message (pod names and UIDs
+    left out, so that one cause is one line): why a container had to be created again."""
+    counts: dict[str, int] = {}
+    for event in plane.get_json("events", "-n", "default")["items"]:
+        if event.get("type") != "Warning":
+            continue
+        message = re.sub(r"stats-\d+|[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{64}", "*",
+                         event.get("message", ""))  # fmt: skip
+        key = f"{event.get('reason')}: {message[:300]}"
+        counts[key] = counts.get(key, 0) + int(event.get("count") or 1)
+    return counts
+
+
 def pod_detail(pod: dict[str, Any]) -> dict[str, Any]:
     """What the API says of a pod that is not simply Running: its phase, reason and message,
     and each container's state and last state (a Failed pod's cause)."""
@@ -241,6 +256,7 @@ def run_pods(plane: ControlPlane, count: int, *, timeout: float, record: dict[st
                 for pod in pods
                 for c in pod.get("status", {}).get("containerStatuses", [])
             )
+            record["startup_warnings"] = warning_events(plane)
             failed = [pod_detail(p) for p in pods if p.get("status", {}).get("phase") == "Failed"]
             if failed:
                 record["failed_pods"] = failed
