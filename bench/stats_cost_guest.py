@@ -80,6 +80,12 @@ def housekeeping_metrics(url: str, context: ssl.SSLContext) -> dict[str, float]:
     return out
 
 
+def loadavg() -> list[float]:
+    """The guest's 1, 5 and 15 min load averages at the end of the window."""
+    with open("/proc/loadavg") as f:
+        return [float(v) for v in f.read().split()[:3]]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--unit", required=True)
@@ -141,6 +147,7 @@ def main(argv: list[str]) -> int:
         if metrics_after
         else {},
         "cgroups": metrics_after.get("cgroups"),
+        "guest_loadavg": loadavg(),
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

@@ -1,7 +1,8 @@
 """Stats collection cost with 110 pods: nodeagent vs the reference kubelet, in the VM (issue 14).
 
     PYTHONPATH=tests .venv/bin/python bench/stats_cost_vm.py [--window 120] [--settle 60]
-        [--pods 110] [--memory-mb 6144] [--only nodeagent|kubelet] [--markdown] [--out FILE]
+        [--pods 110] [--memory-mb 6144] [--only nodeagent|kubelet] [--skip-summary]
+        [--delete-timeout 600] [--markdown] [--out FILE]
 
 Run it under the VM tier's lock (``flock /tmp/nodeagent-vm.lock ...``) after ``make packages``.
 The CI host is cgroup v1, so the comparison runs in the VM tier's Debian 12 guest (cgroup v2,
@@ -26,6 +27,13 @@ Each measurement runs inside the guest (``stats_cost_guest.py``): the unit cgrou
 nodeagent the per-pass figures of its ``nodeagent_stats_housekeeping_*`` metrics. The pods are
 deleted and the agent stopped before the next one starts. Prints a table (``--markdown``: the
 rows ``docs/benchmarks.md`` holds) and writes every raw figure as JSON to ``--out``.
+
+What the JSON keeps besides the figures, so that a run that goes wrong can be explained after
+the guest is gone: the status (phase, reason, message, container states) of any pod that ended
+Failed or was not Running in time, with the agent's journal (the kubelet's too); the host's and
+the guest's load per window; and for the deletion a time series every 10 s (API pods, those
+reported stopped, pod cgroups left, cgroups still holding a process) with the agent's and
+containerd's journals since the delete.
 """
 
 from __future__ import annotations
@@ -36,11 +44,12 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,21 +170,72 @@ def measure(vm: Machine, component: str, seconds: float, *, summary: bool) -> di
     return result
 
 
+def bench_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = plane.get_json("pods", "-n", "default", "-l", f"app={LABEL}")[
+        "items"
+    ]
+    return items
+
+
 def pod_counts(plane: ControlPlane) -> dict[str, int]:
-    pods = plane.get_json("pods", "-n", "default", "-l", f"app={LABEL}")["items"]
     counts: dict[str, int] = {}
-    for pod in pods:
+    for pod in bench_pods(plane):
         phase = pod.get("status", {}).get("phase", "?")
         counts[phase] = counts.get(phase, 0) + 1
     return counts
 
 
-def run_pods(plane: ControlPlane, count: int, *, timeout: float) -> float:
-    """Create ``count`` pods at once; wait until all are Running; return the seconds it took."""
+def warning_events(plane: ControlPlane) -> dict[str, int]:
+    """The pods' Warning Events so far, counted by reason and message (pod names and UIDs
+    left out, so that one cause is one line): why a container had to be created again."""
+    counts: dict[str, int] = {}
+    for event in plane.get_json("events", "-n", "default")["items"]:
+        if event.get("type") != "Warning":
+            continue
+        message = re.sub(r"stats-\d+|[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{64}", "*",
+                         event.get("message", ""))  # fmt: skip
+        key = f"{event.get('reason')}: {message[:300]}"
+        counts[key] = counts.get(key, 0) + int(event.get("count") or 1)
+    return counts
+
+
+def pod_detail(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the API says of a pod that is not simply Running: its phase, reason and message,
+    and each container's state and last state (a Failed pod's cause)."""
+    status = pod.get("status", {})
+    return {
+        "name": pod["metadata"]["name"],
+        "phase": status.get("phase"),
+        "reason": status.get("reason"),
+        "message": status.get("message"),
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message")}
+            for c in status.get("conditions", [])
+            if c.get("status") != "True"
+        ],
+        "containers": [
+            {k: c.get(k) for k in ("name", "ready", "restartCount", "state", "lastState")}
+            for c in status.get("containerStatuses", [])
+        ],
+    }
+
+
+class PodsNotRunning(RuntimeError):
+    def __init__(self, message: str, pods: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.pods = pods
+
+
+def run_pods(plane: ControlPlane, count: int, *, timeout: float, record: dict[str, Any]) -> float:
+    """Create ``count`` pods at once; wait until all are Running (or each Running or Failed:
+    the Failed ones' status goes to ``record["failed_pods"]`` and the run goes on with the
+    rest); return the seconds it took. ``restartPolicy: Always``, as a node's long-running
+    pods: a container that fails to start under TCG (a runtime call past its deadline) is
+    restarted, not left Failed; the restarts are counted in ``record["restarts"]``."""
     items = []
     for i in range(count):
         pod = pod_manifest(f"stats-{i:03d}", command=["sleep", "86400"], grace=2,
-                           spec={"dnsPolicy": "Default"})  # fmt: skip
+                           restart_policy="Always", spec={"dnsPolicy": "Default"})  # fmt: skip
         pod["metadata"]["labels"] = {"app": LABEL}
         items.append(pod)
     started = time.monotonic()
@@ -183,40 +243,107 @@ def run_pods(plane: ControlPlane, count: int, *, timeout: float) -> float:
                                                         "items": items}))  # fmt: skip
     last = ""
     while True:
-        counts = pod_counts(plane)
-        if counts.get("Running", 0) == count:
-            return time.monotonic() - started
+        pods = bench_pods(plane)
+        counts: dict[str, int] = {}
+        for pod in pods:
+            phase = pod.get("status", {}).get("phase", "?")
+            counts[phase] = counts.get(phase, 0) + 1
+        elapsed = time.monotonic() - started
+        settled = counts.get("Running", 0) + counts.get("Failed", 0)
+        if settled == count and len(pods) == count:
+            record["restarts"] = sum(
+                c.get("restartCount", 0)
+                for pod in pods
+                for c in pod.get("status", {}).get("containerStatuses", [])
+            )
+            record["startup_warnings"] = warning_events(plane)
+            failed = [pod_detail(p) for p in pods if p.get("status", {}).get("phase") == "Failed"]
+            if failed:
+                record["failed_pods"] = failed
+                say(f"pods: {counts}; Failed: {json.dumps(failed)[:2000]}")
+            return elapsed
         if (line := json.dumps(counts, sort_keys=True)) != last:
-            say(f"pods: {line}")
+            say(f"pods: {line} after {elapsed:.0f}s")
             last = line
-        if counts.get("Failed") or time.monotonic() - started > timeout:
-            raise RuntimeError(f"not all {count} pods Running after "
-                               f"{time.monotonic() - started:.0f}s: {counts}")  # fmt: skip
+        if elapsed > timeout:
+            stuck = [pod_detail(p) for p in pods if p.get("status", {}).get("phase") != "Running"]
+            raise PodsNotRunning(f"not all {count} pods Running after {elapsed:.0f}s: {counts}",
+                                 stuck)  # fmt: skip
         time.sleep(5)
 
 
-def delete_pods(vm: Machine, plane: ControlPlane, *, timeout: float = 300) -> float | None:
-    """Delete the pods; wait until they and their cgroups are gone. On a timeout (seen once with
-    nodeagent under TCG: every pod still Terminating 6 min after its Killing Event) the pods are
-    force-deleted from the API and None returned: the next agent kills what is left as pods no
-    API object owns, and the run goes on."""
+GUEST_PODS_LEFT = r"""
+import glob, os
+pods = procs = 0
+for root in glob.glob("/sys/fs/cgroup/kubepods*"):
+    for d, subdirs, files in os.walk(root):
+        name = os.path.basename(d)
+        if name.startswith("pod") or "-pod" in name:
+            pods += 1
+        if not subdirs and "cgroup.procs" in files:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                procs += bool(f.read().strip())
+print(pods, procs)
+"""
+
+
+def delete_sample(vm: Machine, plane: ControlPlane, started: float) -> dict[str, Any]:
+    """One point of the deletion's time series: the API's pods (all, and those whose
+    containers are no longer ready: the agent reported them stopped) and, in the guest, the
+    pod cgroups left and the leaf cgroups that still hold a process."""
+    pods = bench_pods(plane)
+    stopped = sum(
+        1
+        for p in pods
+        if not any(c.get("ready") for c in p.get("status", {}).get("containerStatuses", []))
+    )
+    left = vm.run(["python3", "-c", GUEST_PODS_LEFT], timeout=60).stdout.split()
+    return {
+        "t": round(time.monotonic() - started, 1),
+        "api_pods": len(pods),
+        "api_not_ready": stopped,
+        "pod_cgroups": int(left[0]) if left else None,
+        "cgroups_with_procs": int(left[1]) if len(left) > 1 else None,
+    }
+
+
+def journal(vm: Machine, unit: str, *, since: str | None = None, lines: int = 400) -> str:
+    argv = ["journalctl", "-u", unit, "--no-pager", "-o", "short-precise", "-n", str(lines)]
+    if since is not None:
+        argv += ["--since", since]
+    return str(vm.run(argv, timeout=120).stdout)
+
+
+def delete_pods(
+    vm: Machine, plane: ControlPlane, unit: str, record: dict[str, Any], *, timeout: float
+) -> None:
+    """Delete the pods; wait until they and their cgroups are gone, sampling every 10 s
+    (``record["delete_series"]``: API pods, those reported stopped, pod cgroups, cgroups with a
+    process). The agent's and containerd's journals since the delete are kept
+    (``delete_journal``, ``delete_containerd``). On a timeout (seen once with nodeagent under
+    TCG: every pod still ``1/1 Terminating`` 6 min after its Killing Event) the pods are
+    force-deleted from the API and ``delete_seconds`` is None: the next agent kills what is
+    left as pods no API object owns, and the run goes on."""
+    since = "@" + vm.check("date +%s").strip()
     started = time.monotonic()
     plane.kubectl("delete", "pods", "-n", "default", "-l", f"app={LABEL}", "--wait=false")
-    while (
-        pod_counts(plane)
-        or vm.run(
-            "find /sys/fs/cgroup/kubepods* -mindepth 1 -maxdepth 3 -type d "
-            "\\( -name 'pod*' -o -name '*-pod*' \\) | grep -q ."
-        ).rc
-        == 0
-    ):
+    series: list[dict[str, Any]] = record.setdefault("delete_series", [])
+    record["delete_seconds"] = None
+    while True:
+        point = delete_sample(vm, plane, started)
+        series.append(point)
+        say(f"deleting: {point}")
+        if point["api_pods"] == 0 and point["pod_cgroups"] == 0:
+            record["delete_seconds"] = time.monotonic() - started
+            break
         if time.monotonic() - started > timeout:
-            say(f"pods or their cgroups still there after {timeout:.0f}s: {pod_counts(plane)}")
+            say(f"pods or their cgroups still there after {timeout:.0f}s: {point}")
             plane.kubectl("delete", "pods", "-n", "default", "-l", f"app={LABEL}",
                           "--grace-period=0", "--force", "--wait=false")  # fmt: skip
-            return None
-        time.sleep(5)
-    return time.monotonic() - started
+            break
+        time.sleep(10)
+    record["delete_journal"] = journal(vm, unit, since=since, lines=3000)
+    record["delete_containerd"] = journal(vm, "containerd", since=since, lines=6000)
 
 
 def wait_ready(plane: ControlPlane, vm: Machine, unit: str, timeout: float = 300) -> float:
@@ -271,29 +398,64 @@ def phases(
         if args.out:
             Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
+    try:
+        measured(vm, plane, component, args, record=record, save=save)
+    except Exception as e:
+        # what the guest knew when it failed: the agent's journal (the kubelet's too), the
+        # pods that were not Running with their reasons, the disk and memory left
+        record["error"] = str(e)
+        if isinstance(e, PodsNotRunning):
+            record["not_running"] = e.pods
+        try:
+            record["journal"] = journal(vm, unit, lines=3000)
+            record["guest_df_free"] = vm.run("df -h / /var/lib; free -m").stdout
+        except Exception as guest:  # the guest itself may be what failed
+            record["journal"] = f"(not read: {guest})"
+        save()
+        raise
+    if record.get("failed_pods"):
+        record["journal"] = journal(vm, unit, lines=3000)
+    save()
+
+
+def measured(
+    vm: Machine,
+    plane: ControlPlane,
+    component: str,
+    args: argparse.Namespace,
+    *,
+    record: dict[str, Any],
+    save: Callable[[], None],
+) -> None:
+    unit = UNITS[component]
+
+    def window(phase: str, *, summary: bool) -> None:
+        load = os.getloadavg()[0]
+        record[phase] = measure(vm, component, args.window, summary=summary)
+        record[phase]["host_load1"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+        save()
+
     sleep_checking(vm, unit, args.settle)
     say(f"{component}: measuring idle ({args.window:.0f}s)")
-    record["idle"] = measure(vm, component, args.window, summary=False)
-    save()
+    window("idle", summary=False)
     say(f"{component}: creating {args.pods} pods")
-    record["startup_seconds"] = run_pods(plane, args.pods, timeout=args.pod_timeout)
-    say(f"{component}: {args.pods} pods Running after {record['startup_seconds']:.0f}s; settling")
+    record["startup_seconds"] = run_pods(plane, args.pods, timeout=args.pod_timeout,
+                                         record=record)  # fmt: skip
+    save()
+    say(f"{component}: {args.pods} pods settled after {record['startup_seconds']:.0f}s; settling")
     sleep_checking(vm, unit, args.settle)
     say(f"{component}: measuring with {args.pods} pods ({args.window:.0f}s)")
-    record["pods"] = measure(vm, component, args.window, summary=False)
-    save()
-    say(f"{component}: measuring with {args.pods} pods and /stats/summary every 10s")
-    record["pods+summary"] = measure(vm, component, args.window, summary=True)
-    save()
+    window("pods", summary=False)
+    if not args.skip_summary:
+        say(f"{component}: measuring with {args.pods} pods and /stats/summary every 10s")
+        window("pods+summary", summary=True)
     if component == "nodeagent" and args.profile:
         say(f"nodeagent: py-spy for {args.profile:.0f}s, /stats/summary every 10s")
         record["profiled"] = profile(vm, args.profile, Path(args.profile_out))
         save()
     say(f"{component}: deleting the pods")
-    record["delete_seconds"] = delete_pods(vm, plane)
-    if record["delete_seconds"] is None:
-        record["delete_journal"] = vm.run(f"journalctl -u {unit} --no-pager -n 200").stdout
-    save()
+    delete_pods(vm, plane, unit, record, timeout=args.delete_timeout)
+    say(f"{component}: pods gone after {record['delete_seconds']}s")
 
 
 def profile(vm: Machine, seconds: float, save_to: Path) -> dict[str, Any]:
@@ -435,8 +597,23 @@ def report(out: dict[str, Any], markdown: bool) -> str:
         f"settling; {out['deb']}",
     ]
     for c in COMPONENTS:
-        if "startup_seconds" in out.get(c, {}):
-            lines.append(f"# {c}: {out['pods']} pods Running in {out[c]['startup_seconds']:.0f}s")
+        got = out.get(c, {})
+        if "startup_seconds" in got:
+            failed = len(got.get("failed_pods", []))
+            lines.append(
+                f"# {c}: {out['pods'] - failed} pods Running"
+                + (f" ({failed} Failed)" if failed else "")
+                + f" in {got['startup_seconds']:.0f}s, {got.get('restarts', 0)} restarts; "
+                + (
+                    f"deleted in {got['delete_seconds']:.0f}s"
+                    if got.get("delete_seconds") is not None
+                    else "deletion not finished"
+                    if "delete_series" in got
+                    else "not deleted"
+                )
+            )
+        if got.get("error"):
+            lines.append(f"# {c}: FAILED: {got['error'][:300]}")
     if markdown:
         lines.append("| " + " | ".join(keys) + " |")
         lines.append("|" + "---|" * len(keys))
@@ -481,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=60.0, help="seconds before measuring")
     parser.add_argument("--pods", type=int, default=110)
     parser.add_argument("--pod-timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--delete-timeout", type=float, default=600.0, help="then the pods are force-deleted"
+    )
+    parser.add_argument(
+        "--skip-summary", action="store_true", help="no pods+summary window (a shorter run)"
+    )
     parser.add_argument("--memory-mb", type=int, default=6144, help="guest memory")
     parser.add_argument("--only", choices=COMPONENTS)
     parser.add_argument("--markdown", action="store_true")

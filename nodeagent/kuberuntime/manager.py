@@ -841,7 +841,11 @@ class RuntimeManager:
     ) -> None:
         """Stop every running container within ``grace`` seconds (at least 2 unless
         ``override``), in parallel: app containers first, then sidecars in reverse order,
-        all sharing the grace period; then every ready sandbox."""
+        all sharing the grace period; then every ready sandbox — also when a container's
+        stop failed, as the kubelet's ``killPodWithSyncResult`` does (StopPodSandbox stops
+        what is left in it): a runtime past its deadline on StopContainer would otherwise
+        hold the sandbox until the next attempt. Raises the runtime's errors together
+        afterwards, so the pod worker tries again."""
         self._acting(state.uid)
         running = [
             c
@@ -853,29 +857,39 @@ class RuntimeManager:
             names = [c.name for c in running]
             ordering = TerminationOrdering(pod, names, monotonic=self._clock.monotonic)
         pod_ips = state.sandboxes[0].ips if state.sandboxes else ()
+        failures: list[CriError] = []
+
+        async def kill(record: ContainerRecord) -> None:
+            owner = pod
+            if owner is None and record.restored is not None:
+                owner = record.restored[0]  # its pod is gone: the preStop hook still runs
+            try:
+                await self.kill_container(
+                    owner,
+                    record.id,
+                    record.name,
+                    grace=grace,
+                    override=grace if override else None,
+                    result=result,
+                    pod_ips=pod_ips,
+                    ordering=ordering,
+                )
+            except CriError as e:
+                failures.append(e)
+
         async with asyncio.TaskGroup() as tg:
             for record in running:
-                owner = pod
-                if owner is None and record.restored is not None:
-                    owner = record.restored[0]  # its pod is gone: the preStop hook still runs
-                tg.create_task(
-                    self.kill_container(
-                        owner,
-                        record.id,
-                        record.name,
-                        grace=grace,
-                        override=grace if override else None,
-                        result=result,
-                        pod_ips=pod_ips,
-                        ordering=ordering,
-                    )
-                )
+                tg.create_task(kill(record))
         for sandbox in state.sandboxes:
             if sandbox.ready:
                 try:
                     await self._runtime.stop_pod_sandbox(sandbox.id)
                 except CriNotFound:
                     continue
+                except CriError as e:
+                    failures.append(e)
+        if failures:
+            raise ExceptionGroup("error killing pod", failures)
 
     async def remove_pod(self, state: PodRuntimeState) -> None:
         """Remove what is left of a pod that is gone: containers, sandboxes, logs, its

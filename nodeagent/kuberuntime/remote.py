@@ -74,11 +74,19 @@ def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
 
 
+# What grpc-python's client says of a call whose deadline passed, and what grpc-go's client (the
+# kubelet's) says of the same: the kubelet's Events read "Error: context deadline exceeded".
+_PY_DEADLINE_DETAILS: Final = "Deadline Exceeded"
+_GO_DEADLINE_DETAILS: Final = "context deadline exceeded"
+
+
 def translate(exc: grpc.aio.AioRpcError, *, rpc: str, endpoint: str) -> CriError:
-    """The typed CriError for a failed gRPC call."""
-    return cri_error(
-        rpc=rpc, endpoint=endpoint, code=go_code_name(exc.code()), details=exc.details() or ""
-    )
+    """The typed CriError for a failed gRPC call (a client-side deadline worded as Go's)."""
+    code = exc.code()
+    details = exc.details() or ""
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED and details == _PY_DEADLINE_DETAILS:
+        details = _GO_DEADLINE_DETAILS
+    return cri_error(rpc=rpc, endpoint=endpoint, code=go_code_name(code), details=details)
 
 
 @final
