@@ -255,24 +255,21 @@ class ProberManager:
         """Container ID -> whether its startup probe succeeded, for each container of the pod
         whose startup probe has a result (a sidecar with none yet holds the next init
         container back)."""
-        results: dict[str, bool] = {}
-        for worker in self._workers.values():
-            if worker.pod.uid != uid or worker.probe_type is not ProbeType.STARTUP:
-                continue
-            found = self.startup.get(worker.container_id) if worker.container_id else None
-            if found is Result.SUCCESS or found is Result.FAILURE:
-                results[worker.container_id] = found is Result.SUCCESS
-        return results
+        return self._results(uid, ProbeType.STARTUP)
 
     def readiness_results(self, uid: str) -> dict[str, bool]:
         """Container ID -> whether its readiness probe passed, for each container of the pod
         whose readiness probe has a result: what ``SetContainerReadiness`` writes on the
         pod's status when a result changes, also while the pod terminates."""
+        return self._results(uid, ProbeType.READINESS)
+
+    def _results(self, uid: str, probe_type: ProbeType) -> dict[str, bool]:
+        cache = self._cache(probe_type)
         results: dict[str, bool] = {}
         for worker in self._workers.values():
-            if worker.pod.uid != uid or worker.probe_type is not ProbeType.READINESS:
+            if worker.pod.uid != uid or worker.probe_type is not probe_type:
                 continue
-            found = self.readiness.get(worker.container_id) if worker.container_id else None
+            found = cache.get(worker.container_id) if worker.container_id else None
             if found is Result.SUCCESS or found is Result.FAILURE:
                 results[worker.container_id] = found is Result.SUCCESS
         return results

@@ -32,7 +32,14 @@ from nodeagent.log import get_logger
 from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
 from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
-from nodeagent.stats.disk import PodDisk, VolumeStats, add_logs, ephemeral_storage, fs_json
+from nodeagent.stats.disk import (
+    PodDisk,
+    Usage,
+    VolumeStats,
+    add_logs,
+    ephemeral_storage,
+    fs_json,
+)
 from nodeagent.stats.housekeeping import HOUSEKEEPING_INTERVAL, CgroupStats
 from nodeagent.stats.node import FsSample, NodeSample, fs_sample, read_node_sample
 
@@ -416,16 +423,8 @@ class StatsProvider:
             return None
         usage = info.image_filesystems[0]
         fs = await asyncio.to_thread(fs_sample, usage.fs_id.mountpoint)
-        out: Json = {"time": now}
-        if fs is not None:
-            out.update(
-                availableBytes=fs.available,
-                capacityBytes=fs.capacity,
-                inodesFree=fs.inodes_free,
-                inodes=fs.inodes,
-            )
-        out["usedBytes"] = int(usage.used_bytes.value)
-        out["inodesUsed"] = int(usage.inodes_used.value)
+        used = Usage(used=int(usage.used_bytes.value), inodes=int(usage.inodes_used.value))
+        out = fs_json(used, fs, time=now)
         return out
 
 
