@@ -44,6 +44,7 @@ import pod_startup as ps
 from harness import netsafety
 from harness.build import binaries
 from harness.containerd import unmount_and_remove
+from harness.hoststate import HostState
 from harness.images import BUSYBOX_IMAGE
 from node_idle import say
 
@@ -151,6 +152,7 @@ def main(argv: list[str]) -> int:
     bins = binaries()
     work = Path(tempfile.mkdtemp(prefix="na-exec-"))
     log_dir = work / "logs"
+    host = HostState.snapshot()  # the kubelet's canary tables, sysctls, cgroups
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(netsafety.unreachable_routes())
@@ -186,6 +188,7 @@ def main(argv: list[str]) -> int:
                 say(f"{label}: RSS {rss:.1f} MiB")
             say(f"load (1 min) {os.getloadavg()[0]:.2f}")
     finally:
+        host.restore()
         unmount_and_remove(work)
     return 0
 

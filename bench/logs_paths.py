@@ -33,6 +33,7 @@ import pod_startup as ps
 from harness import netsafety
 from harness.build import binaries
 from harness.containerd import unmount_and_remove
+from harness.hoststate import HostState
 from node_idle import machine, say, versions_line
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="na-logs-"))
     log_dir = work / "logs"
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    host = HostState.snapshot()  # the kubelet's canary tables, sysctls, cgroups
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(netsafety.unreachable_routes())
@@ -126,6 +128,7 @@ def main(argv: list[str]) -> int:
             say(f"started {started}; {versions_line(kubelet)}")
             say(", ".join(f"{k}: {v}" for k, v in machine().items()))
     finally:
+        host.restore()
         unmount_and_remove(work)
     return 0
 

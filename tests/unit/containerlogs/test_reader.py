@@ -280,7 +280,10 @@ async def test_a_follower_with_a_sink_writes_appended_lines_to_it_in_order(
             got.append(chunk)
 
     task = asyncio.create_task(consume())
-    joined = lambda: b"".join(got)  # noqa: E731
+
+    def joined() -> bytes:
+        return b"".join(got)
+
     await until(lambda: joined() == b"history\n", joined)
     with log.open("a") as f:
         f.write(rec(2, "stdout", "P", "one "))
