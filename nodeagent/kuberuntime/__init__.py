@@ -20,6 +20,7 @@ from nodeagent.kuberuntime.errors import (
     CriUnimplemented,
     CriUnknown,
     CriVersionError,
+    runtime_errors,
 )
 from nodeagent.kuberuntime.negotiate import connect, validate_v1
 from nodeagent.kuberuntime.remote import CriClient
@@ -39,5 +40,6 @@ __all__ = [
     "ImageService",
     "RuntimeService",
     "connect",
+    "runtime_errors",
     "validate_v1",
 ]

@@ -83,3 +83,14 @@ def cri_error(*, rpc: str, endpoint: str, code: str, details: str) -> CriError:
     cls = BY_CODE.get(code, CriError)
     message = f'CRI {rpc} on endpoint "{endpoint}": rpc error: code = {code} desc = {details}'
     return cls(message, rpc=rpc, endpoint=endpoint, code=code, details=details)
+
+
+def runtime_errors(e: BaseException) -> str | None:
+    """The runtime's error text when ``e`` is only CRI errors (one, or a group of them such as
+    ``kill_pod`` raises), else None: callers log those as one line (they are retried), anything
+    else with its traceback."""
+    if isinstance(e, CriError):
+        return str(e)
+    if isinstance(e, BaseExceptionGroup) and all(isinstance(x, CriError) for x in e.exceptions):
+        return "; ".join(str(x) for x in e.exceptions)
+    return None

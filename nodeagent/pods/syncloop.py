@@ -37,7 +37,7 @@ import msgspec
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
-from nodeagent.kuberuntime import CriError
+from nodeagent.kuberuntime import runtime_errors
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
@@ -420,14 +420,3 @@ class SyncLoop:
                 self._log.error("Cannot remove orphaned pod", pod_uid=uid, error=runtime)
         finally:
             self._orphans.pop(uid, None)
-
-
-def runtime_errors(e: BaseException) -> str | None:
-    """The runtime's error text when ``e`` is only CRI errors (one, or a group of them such as
-    ``kill_pod`` raises), else None: those are logged as one line, anything else with its
-    traceback."""
-    if isinstance(e, CriError):
-        return str(e)
-    if isinstance(e, BaseExceptionGroup) and all(isinstance(x, CriError) for x in e.exceptions):
-        return "; ".join(str(x) for x in e.exceptions)
-    return None

@@ -25,6 +25,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from nodeagent.kuberuntime import runtime_errors
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, termination_grace_period
 
@@ -210,8 +211,8 @@ class PodWorkers:
         if worker.stage is Stage.SYNCING:
             try:
                 outcome = await self._syncer.sync_pod(pod)
-            except Exception:
-                return self._failed("sync", pod)
+            except Exception as e:
+                return self._failed("sync", pod, e)
             if not outcome.terminal:
                 delay = self._resync if outcome.retry_in is None else outcome.retry_in
                 return delay if outcome.wake_in is None else min(delay, outcome.wake_in)
@@ -223,30 +224,35 @@ class PodWorkers:
                 if worker.grace_override is not None:
                     grace = min(grace, worker.grace_override)
                 await self._syncer.sync_terminating_pod(pod, grace)
-            except Exception:
-                return self._failed("terminate", pod)
+            except Exception as e:
+                return self._failed("terminate", pod, e)
             worker.stage = Stage.TERMINATED
             worker.terminated.set()
         if not worker.final_sent or (pod.deleted and not worker.final_deleted):
             try:
                 await self._syncer.sync_terminated_pod(pod)
-            except Exception:
-                return self._failed("finish", pod)
+            except Exception as e:
+                return self._failed("finish", pod, e)
             worker.final_sent, worker.final_deleted = True, pod.deleted
         if not worker.removed:
             return None
         try:
             await self._syncer.cleanup_pod(pod)
-        except Exception:
-            return self._failed("clean up", pod)
+        except Exception as e:
+            return self._failed("clean up", pod, e)
         return False
 
-    def _failed(self, what: str, pod: Pod) -> float:
-        self._log.exception(
-            f"Error syncing pod ({what}); will retry",
-            pod_namespace=pod.namespace,
-            pod_name=pod.name,
-            pod_uid=pod.uid,
-            retry_in_s=self._error_backoff,
-        )
+    def _failed(self, what: str, pod: Pod, error: Exception) -> float:
+        fields = {
+            "pod_namespace": pod.namespace,
+            "pod_name": pod.name,
+            "pod_uid": pod.uid,
+            "retry_in_s": self._error_backoff,
+        }
+        message = f"Error syncing pod ({what}); will retry"
+        runtime = runtime_errors(error)
+        if runtime is None:
+            self._log.exception(message, **fields)
+        else:  # the runtime's answer (a deadline, a task still exiting): one line
+            self._log.error(message, error=runtime, **fields)
         return self._error_backoff

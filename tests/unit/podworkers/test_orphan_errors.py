@@ -1,10 +1,9 @@
-"""How the sync loop words a failed orphan removal: the runtime's own errors (one, or the group
-``kill_pod`` raises) as one line, anything else with its traceback."""
+"""How the pod workers and the sync loop word a failed step: the runtime's own errors (one,
+or the group ``kill_pod`` raises) as one line, anything else with its traceback."""
 
 from __future__ import annotations
 
-from nodeagent.kuberuntime import CriError
-from nodeagent.pods.syncloop import runtime_errors
+from nodeagent.kuberuntime import CriError, runtime_errors
 
 
 def test_one_runtime_error_is_its_text() -> None:
