@@ -16,6 +16,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: help
 help:
 	@echo "make up        set up everything and start a local single-node cluster with nodeagent as its node"
+	@echo "make up NODES=3  the same control plane with 3 nodeagent nodes (namespaces, flannel)"
 	@echo "make down      stop and clean everything 'make up' started"
 	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
 	@echo "make packages  build the .deb and .rpm into dist/"
@@ -136,9 +137,11 @@ gen: venv
 
 # --- local cluster ------------------------------------------------------------------------------
 
+NODES ?= 1
+
 .PHONY: up
 up: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m harness up
+	PYTHONPATH=tests $(PY) -m harness up --nodes $(NODES)
 
 .PHONY: down
 down:

@@ -200,11 +200,14 @@ def cri_answers(socket: Path) -> bool:
     return True
 
 
-def start_containerd(cfg: ContainerdConfig, *, detached: bool = False) -> Containerd:
+def start_containerd(
+    cfg: ContainerdConfig, *, detached: bool = False, enter: Sequence[str] = ()
+) -> Containerd:
     """Start containerd; return once its CRI service answers. Cleans up if that fails.
 
     `detached` (for `make up`) lets it outlive this process; otherwise it gets SIGTERM when
-    this process dies.
+    this process dies. `enter` is a prefix that execs it elsewhere (`nsenter ... --`, a node of
+    a multi-node cluster): the pid is then containerd's own.
     """
     base = cfg.base_dir
     socket = base / "c.sock"
@@ -220,7 +223,7 @@ def start_containerd(cfg: ContainerdConfig, *, detached: bool = False) -> Contai
     log = cfg.log_path or base / "containerd.log"
     proc = processes.start(
         name="containerd",
-        argv=[CONTAINERD, "--config", str(base / "config.toml"), "--log-level", "info"],
+        argv=[*enter, CONTAINERD, "--config", str(base / "config.toml"), "--log-level", "info"],
         log=log,
         detached=detached,
     )
@@ -282,7 +285,7 @@ def _forget_cni_results(container_ids: list[str]) -> None:
             cached.unlink(missing_ok=True)
 
 
-def _shims_of(socket: Path) -> list[int]:
+def shims_of(socket: Path) -> list[int]:
     """Pids of containerd shims serving `socket` (`... -address <socket> ...`)."""
     pids = []
     for entry in Path("/proc").iterdir():
@@ -341,7 +344,7 @@ def stop_containerd(base_dir: Path, *, proc: processes.Proc | None = None) -> No
         leftovers = _bundles(base_dir)
         _runc_delete(base_dir, leftovers)
         container_ids += [cid for _, cid in leftovers]
-        for shim in _shims_of(socket):
+        for shim in shims_of(socket):
             processes.stop_pid(shim, binary=None, timeout=5)
         try:
             unmount_and_remove(base_dir)

@@ -37,11 +37,12 @@ class Registry:
     pid: int
     log_path: Path
     proc: processes.Proc | None = dataclasses.field(default=None, compare=False, repr=False)
+    address: str = LOCALHOST
 
     @property
     def host(self) -> str:
         """`127.0.0.1:PORT`: the registry part of image names and the hosts.toml key."""
-        return f"{LOCALHOST}:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -55,14 +56,14 @@ class Registry:
         stop_registry(self.base_dir, proc=self.proc)
 
 
-def _free_port() -> int:
+def _free_port(address: str = LOCALHOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
+        sock.bind((address, 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-def render_config(*, storage: Path, port: int) -> str:
+def render_config(*, storage: Path, port: int, address: str = LOCALHOST) -> str:
     return f"""version: 0.1
 log:
   level: warn
@@ -78,7 +79,7 @@ storage:
     uploadpurging:
       enabled: false
 http:
-  addr: {LOCALHOST}:{port}
+  addr: {address}:{port}
 health:
   storagedriver:
     enabled: false
@@ -94,29 +95,34 @@ def _answers(url: str) -> bool:
 
 
 def start_registry(
-    base_dir: Path, *, log_path: Path | None = None, detached: bool = False
+    base_dir: Path,
+    *,
+    log_path: Path | None = None,
+    detached: bool = False,
+    address: str = LOCALHOST,
 ) -> Registry:
     """Start the registry on a free port; return once `GET /v2/` answers 200.
 
     The log goes to `log_path` (default `base_dir/registry.log`, removed by stop). A port taken
-    between picking and binding it is retried with another one.
+    between picking and binding it is retried with another one. `address` is where it
+    listens: 127.0.0.1, or the apiserver's 198.18.0.1 for nodes in network namespaces.
     """
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return _start_once(base_dir, log_path=log_path, detached=detached)
+            return _start_once(base_dir, log_path=log_path, detached=detached, address=address)
         except processes.StartupError:
             if attempt == START_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
 
 
-def _start_once(base_dir: Path, *, log_path: Path | None, detached: bool) -> Registry:
+def _start_once(base_dir: Path, *, log_path: Path | None, detached: bool, address: str) -> Registry:
     log = log_path or base_dir / "registry.log"
     base_dir.mkdir(parents=True, exist_ok=True)
     (base_dir / "storage").mkdir(exist_ok=True)
-    port = _free_port()
+    port = _free_port(address)
     config = base_dir / "config.yml"
-    config.write_text(render_config(storage=base_dir / "storage", port=port))
+    config.write_text(render_config(storage=base_dir / "storage", port=port, address=address))
     proc = processes.start(
         name="registry",
         argv=[REGISTRY, "serve", str(config)],
@@ -124,7 +130,9 @@ def _start_once(base_dir: Path, *, log_path: Path | None, detached: bool) -> Reg
         detached=detached,
     )
     (base_dir / "registry.pid").write_text(str(proc.pid))
-    registry = Registry(base_dir=base_dir, port=port, pid=proc.pid, log_path=log, proc=proc)
+    registry = Registry(
+        base_dir=base_dir, port=port, pid=proc.pid, log_path=log, proc=proc, address=address
+    )
     try:
         processes.wait_for(
             lambda: _answers(registry.url),
