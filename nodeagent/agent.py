@@ -51,6 +51,7 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.podcidr import PodCIDRManager
 from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
@@ -234,6 +235,7 @@ def _standalone_managers(node: NodeSettings, *, config: Config) -> list[Manager]
         node_ips=tuple(str(ip) for ip in node.node_ips),
     )
     shutdown = _shutdown_manager(config, node, clock=clock, pods=pods, on_change=lambda: None)
+
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     needs_api = [
         field
@@ -608,6 +610,17 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
     )
+
+    def pod_cidr_applied() -> None:  # the kubelet's fastStatusUpdateOnce
+        runtime.poke()
+        status.poke()
+
+    podcidr = PodCIDRManager(
+        node_name=node.node_name,
+        node_cache=node_cache,
+        update=pods.connection.update_runtime_config,
+        on_change=pod_cidr_applied,
+    )
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     stats, sampler = node_stats(config, pods=pods, clock=clock, node_name=node.node_name)
     eviction = eviction_manager(
@@ -632,6 +645,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        podcidr,
         shutdown,
         sampler,
         eviction,

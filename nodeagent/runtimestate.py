@@ -106,6 +106,7 @@ class RuntimeState:
         self._negotiation_error: str | None = None
         self._errors: tuple[str, ...] = (NOT_CHECKED,)
         self._last_logged = ""
+        self._wake: asyncio.Future[None] | None = None
 
     @property
     def name(self) -> str:
@@ -117,16 +118,33 @@ class RuntimeState:
     def version(self) -> str:
         return version_string(self._version)
 
+    def poke(self) -> None:
+        """Check now instead of at the next period (the kubelet's ``updateRuntimeUp`` right after
+        a pod CIDR reached the runtime)."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
                 await self._check()
                 self._publish(evaluate(self._facts(loop.time())))
-                await asyncio.sleep(self._period)
+                await self._sleep(loop)
         finally:
             if self._client is not None:
                 await asyncio.shield(self._client.close())
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``asyncio.sleep(period)`` (built the same way, so it wakes in the same order) that
+        `poke` can end early."""
+        self._wake = wake = loop.create_future()
+        timer = loop.call_later(self._period, _wake_up, wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     def _facts(self, now: float) -> Facts:
         return Facts(
@@ -181,3 +199,8 @@ class RuntimeState:
             self._last_logged = ""
             self._log.info("Container runtime is ready", version=self.version())
         self._on_change()
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -62,6 +62,10 @@ class ContainerdConfig:
     # asks -998 for sandboxes) and every RunPodSandbox fails; None = detect.
     restrict_oom_score_adj: bool | None = None
     log_path: Path | None = None  # default base_dir/containerd.log (removed by stop)
+    # A CNI config template (`{{.PodCIDR}}`, ...): containerd writes
+    # <cni_conf_dir>/10-containerd-net.conflist from it when the kubelet (here: the agent)
+    # sends the node's pod CIDR with UpdateRuntimeConfig.
+    cni_conf_template: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,6 +137,9 @@ def render_config(cfg: ContainerdConfig) -> str:
     base = cfg.base_dir
     q = json.dumps
     cri = '[plugins."io.containerd.grpc.v1.cri"'
+    template = ""
+    if cfg.cni_conf_template is not None:
+        template = f"  conf_template = {q(str(cfg.cni_conf_template))}\n"
     restrict_oom = cfg.restrict_oom_score_adj
     if restrict_oom is None:
         restrict_oom = not has_capability(CAP_SYS_RESOURCE)
@@ -171,7 +178,7 @@ temp = {q(str(base / "tmp"))}
 {cri}.cni]
   bin_dir = {q(str(cfg.cni_bin_dir))}
   conf_dir = {q(str(cfg.cni_conf_dir))}
-
+{template}
 {cri}.registry]
   config_path = {q(str(base / "certs.d"))}
 """

@@ -6,14 +6,14 @@ A CNI DaemonSet writes to fixed host paths (flannel: `/etc/cni/net.d/10-flannel.
 overwrite each other's. Each node's containerd and agent run inside a mount namespace of the
 node's (`nsenter --mount=... --net=...`) where those paths are bind mounts of directories under
 the node's own directory; the containers containerd starts inherit it, so a hostPath volume
-resolves inside the node.
+resolves inside the node. Everything else is the host's (propagation `slave`: host mounts show
+in the node; the node's own mounts, its containers' rootfs and volumes, never leave it).
 
 A bind mount sits on the host's directory entry: if anything on the host removed that directory
 (another harness's containerd drops an empty /var/lib/cni when it stops), the kernel would
 detach the node's mount and the node would write to the host's file system again. So each host
 directory under a node mount holds a marker file (`MARKER`) while any node lives: it is never
-empty, and `rmdir` leaves it alone. Everything else is the host's (propagation `slave`: host mounts show
-in the node, the node's own mounts, its containers' rootfs and volumes, never leave it).
+empty, and `rmdir` leaves it alone.
 
 The namespace is kept by a bind mount of its nsfs file under `NS_DIR` (a private mount, as
 `ip netns` does for /run/netns). `remove` unmounts that file: once the node's processes are gone
