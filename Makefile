@@ -77,6 +77,16 @@ images: venv
 integration: venv binaries
 	$(PYTEST) tests/integration -q
 
+# Multi-node: a 3-node cluster of the tests' own (tests/multinode). `make test` runs the smoke
+# slice (3 nodes Ready, the pod-to-pod matrix); `make multinode` runs all of it.
+.PHONY: multinode-smoke
+multinode-smoke: venv binaries
+	$(PYTEST) tests/multinode -q -m smoke
+
+.PHONY: multinode
+multinode: venv binaries
+	$(PYTEST) tests/multinode -q
+
 .PHONY: vm-test
 vm-test: venv packages
 	$(PYTEST) tests/system -q
@@ -97,7 +107,7 @@ vagrant-test: venv vagrant-deps binaries packages
 	$(PYTEST) tests/vagrant -q
 
 .PHONY: test
-test: host-deps venv lint unit integration vm-test vagrant-test
+test: host-deps venv lint unit integration multinode-smoke vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 

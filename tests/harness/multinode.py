@@ -19,6 +19,11 @@ Layout of node `i` (1-based) of cluster `k` (0 = `make up`, tests lease others):
 
 Each node runs the pause and busybox images imported at start and pulls everything else from the
 registry (which listens on 198.18.0.1, reachable from every node) through containerd's mirrors.
+
+A VM node (the packaged agent in a qemu guest, joining this cluster) fits the same layout:
+`nodenet.add_vm_link(NodeAddr(k, i))` makes its host end a tap named like a node link (the
+guard and routes treat it as one), the guest takes `NodeAddr(k, i).ip` and joins with a
+bootstrap token (`nodeagent join`); flannel's DaemonSet runs there unchanged.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Node:
     containerd_pid: int | None = None
     agent_pid: int | None = None
     agent: processes.Proc | None = field(default=None, repr=False)
+    runtime: processes.Proc | None = field(default=None, repr=False)  # containerd, if ours
 
     @property
     def ip(self) -> str:
@@ -191,6 +197,9 @@ class Cluster:
         if node.containerd_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(node.containerd_pid, signal.SIGKILL)
+            if node.runtime is not None and node.runtime.popen is not None:
+                node.runtime.popen.wait(timeout=AGENT_STOP_TIMEOUT)  # reap it
+            node.runtime = None
         for shim in shims_of(node.containerd_dir / "c.sock"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(shim, signal.SIGKILL)
@@ -218,7 +227,7 @@ class Cluster:
             log_path=self.log_dir / f"containerd-{node.name}.log",
         )
         ctd = start_containerd(config, detached=self.detached, enter=node.enter())
-        node.containerd_pid = ctd.pid
+        node.containerd_pid, node.runtime = ctd.pid, ctd.proc
         for tarball in (images or {}).values():
             ctd.import_image(tarball)
 
@@ -231,7 +240,11 @@ class Cluster:
         }
 
     def teardown(self) -> None:
-        teardown_recorded(self.state(), agents={n.name: n.agent for n in self.nodes})
+        teardown_recorded(
+            self.state(),
+            agents={n.name: n.agent for n in self.nodes},
+            runtimes={n.name: n.runtime for n in self.nodes},
+        )
 
 
 def add_nodes(
@@ -300,7 +313,10 @@ def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path]) -> Node:
 
 
 def teardown_recorded(
-    state: Mapping[str, Any] | None, *, agents: Mapping[str, processes.Proc | None] | None = None
+    state: Mapping[str, Any] | None,
+    *,
+    agents: Mapping[str, processes.Proc | None] | None = None,
+    runtimes: Mapping[str, processes.Proc | None] | None = None,
 ) -> None:
     """Stop and remove every node `state` records (agents, containers, containerd, mounts,
     namespaces, cgroups, links), then the cluster's host side. Safe on partial records and
@@ -319,25 +335,20 @@ def teardown_recorded(
                 popen=proc.popen if proc else None,
             )
     for node in nodes:
-        stop_containerd(node.containerd_dir)
-        nodemount.remove(node.netns)
-        cgroups.remove_cgroup_tree(node.cgroup_root.lstrip("/"))
-    # namespaces and links, also of nodes a crashed `up` never recorded
-    for addr in {*(n.addr for n in nodes), *nodenet.stale_nodes(index)}:
+        stop_containerd(node.containerd_dir, proc=(runtimes or {}).get(node.name))
+    # namespaces, links and cgroups, also of nodes a crashed `up` or test never recorded
+    for addr in sorted({*(n.addr for n in nodes), *nodenet.stale_nodes(index)}, key=str):
         nodemount.remove(addr.netns)
         nodenet.remove_node(addr)
+        cgroups.remove_cgroup_tree(addr.netns)
     others = [k for k in nodenet.live_clusters() if k != index]
     nodenet.remove_cluster(index, others_alive=bool(others))
     for node in nodes:
         nodemount.remove_created_dirs(node.dir, others_alive=nodemount.any_alive())
     nodemount.release_ns_dir()
-    directory = Path(state["directory"])
     for node in nodes:
         shutil.rmtree(node.dir, ignore_errors=True)
-    if (directory / "nodes.json").exists():
-        (directory / "nodes.json").unlink()
-    lease = nodenet.LEASES / str(index)
-    lease.unlink(missing_ok=True)
+    (Path(state["directory"]) / "nodes.json").unlink(missing_ok=True)
 
 
 def write_state(cluster: Cluster) -> None:

@@ -138,6 +138,24 @@ def add_node(addr: NodeAddr) -> None:
         raise
 
 
+def add_vm_link(addr: NodeAddr) -> str:
+    """The host end for a VM node (a qemu guest joining the cluster, as the netns nodes do): a
+    tap device named like a node link, so the guard and the routes treat it as one. qemu opens
+    it (``-netdev tap,ifname=<name>,script=no,downscript=no``); the guest configures its NIC as
+    ``<addr.ip>/32 peer <addr.gateway>`` with a default route via the gateway, reaches the
+    apiserver and registry at 198.18.0.1 and the other nodes through the host. Returns the
+    device name; `remove_node` removes it."""
+    _ip("link", "del", addr.host_dev, check=False)
+    _ip("tuntap", "add", "dev", addr.host_dev, "mode", "tap")
+    try:
+        _ip("addr", "add", f"{addr.gateway}/32", "peer", f"{addr.ip}/32", "dev", addr.host_dev)
+        _ip("link", "set", addr.host_dev, "up")
+    except BaseException:
+        _ip("link", "del", addr.host_dev, check=False)
+        raise
+    return addr.host_dev
+
+
 def remove_node(addr: NodeAddr) -> None:
     """Delete the namespace (its devices, routes and nft tables go with it) and the host end."""
     _ip("link", "del", addr.host_dev, check=False)
