@@ -17,7 +17,9 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -89,6 +91,8 @@ def main() -> int:
     parser.add_argument("--settle", type=int, default=60)
     parser.add_argument("--pods", type=int, default=10, help="busybox pods per node")
     args = parser.parse_args()
+    # SIGTERM (a timeout, Ctrl-C's cousin) unwinds through the cluster's clean-up
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with multinode_cluster(count=3) as cluster:
         time.sleep(args.settle)
         idle = sample(cluster, args.seconds)

@@ -274,6 +274,7 @@ def add_nodes(
         nodenet.add_cluster(index)
         for i in range(1, count + 1):
             node = _make_node(cluster, i, images)
+            write_state(cluster)
             if say:
                 say(f"node {node.name} joined: IP {node.ip}, netns {node.netns}")
     except BaseException:
@@ -349,11 +350,26 @@ def teardown_recorded(
     for node in nodes:
         shutil.rmtree(node.dir, ignore_errors=True)
     (Path(state["directory"]) / "nodes.json").unlink(missing_ok=True)
+    (nodenet.LEASES / f"{index}.state").unlink(missing_ok=True)
 
 
 def write_state(cluster: Cluster) -> None:
-    """The nodes as JSON in `<directory>/nodes.json`, for tools and later sessions."""
-    (cluster.directory / "nodes.json").write_text(json.dumps(cluster.state(), indent=2) + "\n")
+    """The nodes as JSON in `<directory>/nodes.json`, for tools and later sessions, and where
+    that file is beside the cluster's lease (`recorded_state` finds it after a crash)."""
+    path = cluster.directory / "nodes.json"
+    path.write_text(json.dumps(cluster.state(), indent=2) + "\n")
+    nodenet.LEASES.mkdir(parents=True, exist_ok=True)
+    (nodenet.LEASES / f"{cluster.index}.state").write_text(f"{path}\n")
+
+
+def recorded_state(index: int) -> dict[str, Any] | None:
+    """The last `write_state` of cluster `index`, if its file is still there."""
+    try:
+        path = Path((nodenet.LEASES / f"{index}.state").read_text().strip())
+        state: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state
 
 
 def node_images(tarballs: Sequence[Path]) -> dict[str, Path]:
