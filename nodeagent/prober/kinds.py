@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from nodeagent.gotext import quote
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriDeadlineExceeded, CriError
 from nodeagent.prober.outcome import (
@@ -26,13 +27,6 @@ class Execer(Protocol):
     ) -> cri.ExecSyncResponse: ...
 
 
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the printable text a command line is."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return f'"{escaped}"'
-
-
 async def exec_probe(
     runtime: Execer, container_id: str, command: Sequence[str], seconds: int
 ) -> ProbeOutcome:
@@ -42,7 +36,7 @@ async def exec_probe(
     try:
         response = await runtime.exec_sync(container_id, command, seconds)
     except CriDeadlineExceeded:
-        return failure(f"command {go_quote(' '.join(command))} timed out")
+        return failure(f"command {quote(' '.join(command))} timed out")
     except CriError as e:
         return errored(e.status_text)
     output = capped(bytes(response.stdout) + bytes(response.stderr))

@@ -36,6 +36,8 @@ QUOTES = [
     ("\U0010ffff", '"\\U0010ffff"'),
     ("\ue000", '"\\ue000"'),
     ("'single'", "\"'single'\""),
+    ('say "hi"\n', '"say \\"hi\\"\\n"'),
+    ("tab\there", '"tab\\there"'),
 ]
 INVALID_UTF8 = [
     (b"\xff", '"\\xff"'),

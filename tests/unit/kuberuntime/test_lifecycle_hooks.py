@@ -19,7 +19,6 @@ from nodeagent.kuberuntime.hooks import (
     exec_error,
     exec_failure_message,
     go_dial_error,
-    go_quote,
     grace_after_pre_stop,
     http_request_bytes,
     http_target,
@@ -58,14 +57,6 @@ def test_exec_failure_message_is_the_kubelets() -> None:
         "\"web_default(u-1)\" failed - error: command 'sh -c echo oops; exit 3' exited with 3: "
         ', message: "oops\\n"'
     )
-
-
-@pytest.mark.parametrize(
-    ("text", "quoted"),
-    [("plain", '"plain"'), ('say "hi"\n', '"say \\"hi\\"\\n"'), ("tab\there", '"tab\\there"')],
-)
-def test_go_quote(text: str, quoted: str) -> None:
-    assert go_quote(text) == quoted
 
 
 @pytest.mark.parametrize(
