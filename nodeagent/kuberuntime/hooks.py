@@ -44,8 +44,9 @@ HTTP_CONNECT_TIMEOUT: Final = 10.0
 
 
 def exec_failure_message(
-    pod: Pod, container: Container, command: Sequence[str], error: str, output: str
+    pod: Pod, container: Container, command: Sequence[str], error: str, output: str | bytes
 ) -> str:
+    """``output`` is quoted as Go quotes ``string(output)``: invalid UTF-8 byte by byte."""
     return (
         f"Exec lifecycle hook ({join_list(command)}) for Container {quote(container.name)} "
         f"in Pod {quote(format_pod(pod))} failed - error: {error}, message: "
@@ -255,10 +256,10 @@ class HookRunner:
             return exec_failure_message(pod, container, command, e.status_text, "")
         if response.exit_code == 0:
             return None
-        stdout = response.stdout.decode(errors="replace")
         stderr = response.stderr.decode(errors="replace")
         error = exec_error(command, response.exit_code, stderr)
-        return exec_failure_message(pod, container, command, error, stdout + stderr)
+        output = response.stdout + response.stderr
+        return exec_failure_message(pod, container, command, error, output)
 
     async def _http_get(
         self,

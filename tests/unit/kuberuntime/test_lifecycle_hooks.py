@@ -59,6 +59,13 @@ def test_exec_failure_message_is_the_kubelets() -> None:
     )
 
 
+def test_exec_failure_message_quotes_invalid_utf8_output_byte_by_byte() -> None:
+    """Go quotes ``string(output)``: each byte of invalid UTF-8 is ``\\xNN``, not U+FFFD."""
+    p = pod("web", uid="u-1", containers=[container("app")])
+    message = exec_failure_message(p, p.spec.containers[0], ("cat",), "boom", b"caf\xc3\xa9 \xff\n")
+    assert message.endswith(', message: "caf\u00e9 \\xff\\n"')
+
+
 @pytest.mark.parametrize(
     ("grace", "took", "left"),
     [(30, 3.9, 27), (30, 0.4, 30), (5, 5.0, 0), (5, 7.2, -2)],
