@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from nodeagent.gotext import quote
+from nodeagent.gotext import duration_seconds, quote
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriDeadlineExceeded, CriError
 from nodeagent.prober.outcome import (
@@ -32,11 +32,14 @@ async def exec_probe(
 ) -> ProbeOutcome:
     """CRI ``ExecSync`` with the probe's timeout (``seconds``): exit code 0 is success,
     anything else a failure with stdout+stderr (10 KiB at most) as the output; a timeout is a
-    failure ``command "<cmd>" timed out``; any other CRI error an error."""
+    failure ``command timed out: "<cmd>" timed out after 1s`` (the CRI client's
+    ``ErrCommandTimedOut``, which the kubelet's exec prober returns as the output); any other CRI
+    error an error."""
     try:
         response = await runtime.exec_sync(container_id, command, seconds)
     except CriDeadlineExceeded:
-        return failure(f"command {quote(' '.join(command))} timed out")
+        limit = duration_seconds(seconds)
+        return failure(f"command timed out: {quote(' '.join(command))} timed out after {limit}")
     except CriError as e:
         return errored(e.status_text)
     output = capped(bytes(response.stdout) + bytes(response.stderr))

@@ -62,7 +62,9 @@ async def test_exec_non_zero_exit_is_a_failure_with_stdout_and_stderr_capped() -
 async def test_exec_timeout_is_a_failure_with_the_kubelets_message() -> None:
     error = cri_error(rpc="ExecSync", endpoint="e", code="DeadlineExceeded", details="timeout")
     outcome = await exec_probe(FakeExec(error=error), "c1", ["sleep", "10"], 1)
-    assert outcome == ProbeOutcome(Outcome.FAILURE, 'command "sleep 10" timed out')
+    assert outcome == ProbeOutcome(
+        Outcome.FAILURE, 'command timed out: "sleep 10" timed out after 1s'
+    )
 
 
 async def test_exec_on_a_gone_container_is_an_error_not_a_result() -> None:
