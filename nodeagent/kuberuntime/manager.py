@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
+from nodeagent.gotext import duration_seconds
 from nodeagent.kuberuntime import etchosts
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
@@ -69,7 +70,6 @@ from nodeagent.kuberuntime.results import (
     ContainerFailure,
     PodEvent,
     SyncResult,
-    go_seconds,
 )
 from nodeagent.kuberuntime.runtime_state import (
     ContainerRecord,
@@ -434,7 +434,7 @@ class RuntimeManager:
             wait = self._backoff.remaining(key, finished)
             if wait > 0:
                 message = (
-                    f"back-off {go_seconds(self._backoff.get(key))} restarting failed "
+                    f"back-off {duration_seconds(self._backoff.get(key))} restarting failed "
                     f"container={container.name} pod={format_pod(pod)}"
                 )
                 result.failures[container.name] = ContainerFailure(CRASH_LOOP_BACK_OFF, message)

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from nodeagent.prober.outcome import ProbeOutcome, failure, go_duration, join_host_port, success
+from nodeagent.gotext import duration_seconds, quote
+from nodeagent.prober.outcome import ProbeOutcome, failure, join_host_port, success
 
 CHECK_METHOD: Final = "/grpc.health.v1.Health/Check"
 SERVING: Final = 1
@@ -90,13 +91,14 @@ HealthChecker = Callable[[str, int, str, float], Awaitable[GrpcCheck]]
 
 
 def grpc_outcome(check: GrpcCheck, *, addr: str, timeout: float) -> ProbeOutcome:
-    limit = go_duration(timeout)
+    limit = duration_seconds(timeout)
     if check.kind == "connect_timeout":
         return failure(
-            f'timeout: failed to connect service "{addr}" within {limit}: context deadline exceeded'
+            f"timeout: failed to connect service {quote(addr)} within {limit}: "
+            "context deadline exceeded"
         )
     if check.kind == "connect_error":
-        return failure(f'error: failed to connect service at "{addr}": {check.message}')
+        return failure(f"error: failed to connect service at {quote(addr)}: {check.message}")
     if check.kind == "rpc_error":
         if check.code == "Unimplemented":
             return failure(

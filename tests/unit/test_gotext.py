@@ -82,6 +82,11 @@ DURATIONS = [
     (1234567000, "1.234567s"),
 ]
 TRUNCATED_TO_MILLISECONDS = [
+    (400000, "0s"),
+    (523700000, "523ms"),
+    (1500000000, "1.5s"),
+    (123004000000, "2m3.004s"),
+    (3600000000000, "1h0m0s"),
     (523456789, "523ms"),
     (999999, "0s"),
     (123004900000, "2m3.004s"),
@@ -162,9 +167,21 @@ def test_float_seconds_are_exact_to_the_nanosecond(seconds: float, expected: str
     assert gotext.duration_seconds(seconds) == expected
 
 
-def test_duration_of_float_seconds_truncates_like_go() -> None:
-    assert gotext.duration_seconds(0.523456789, truncate_to=gotext.MILLISECOND) == "523ms"
-    assert gotext.duration_seconds(123.0049, truncate_to=gotext.MILLISECOND) == "2m3.004s"
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        pytest.param(0.0004, "0s", id="under a millisecond is 0s"),
+        pytest.param(0.5237, "523ms", id="milliseconds"),
+        pytest.param(0.523456789, "523ms", id="nanoseconds cut"),
+        pytest.param(1.5, "1.5s", id="seconds with a fraction"),
+        pytest.param(123.004, "2m3.004s", id="minutes"),
+        pytest.param(123.0049, "2m3.004s", id="minutes, cut"),
+        pytest.param(3600, "1h0m0s", id="an hour"),
+    ],
+)
+def test_float_seconds_truncated_to_milliseconds(seconds: float, expected: str) -> None:
+    """The image pull time, as ``d.Truncate(time.Millisecond)`` prints it."""
+    assert gotext.duration_seconds(seconds, truncate_to=gotext.MILLISECOND) == expected
 
 
 @pytest.mark.parametrize(("moment", "seconds", "micro", "nano_fixed"), TIMES)

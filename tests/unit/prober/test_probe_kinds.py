@@ -21,7 +21,7 @@ from nodeagent.prober.grpchealth import (
 )
 from nodeagent.prober.http import http_probe, probe_url, request_headers
 from nodeagent.prober.kinds import exec_probe, tcp_probe
-from nodeagent.prober.outcome import Outcome, ProbeOutcome, go_duration
+from nodeagent.prober.outcome import Outcome, ProbeOutcome
 from nodeagent.prober.prober import ProbeIO, resolve_port, run_probe
 from nodeagent.testing.pods import container, pod
 
@@ -293,10 +293,6 @@ async def test_grpc_probe_asks_the_pod_ip_for_the_service() -> None:
 
     assert (await grpc_probe(checker, "10.0.0.5", 9000, "db", 2)).outcome is Outcome.SUCCESS
     assert asked == [("10.0.0.5", 9000, "db", 2)]
-
-
-def test_go_durations() -> None:
-    assert [go_duration(s) for s in (1, 1.5, 60, 3725)] == ["1s", "1.5s", "1m0s", "1h2m5s"]
 
 
 def test_named_port_resolves_through_the_container_ports() -> None:
