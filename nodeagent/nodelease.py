@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import random
 from collections.abc import Awaitable, Callable
 
@@ -40,6 +39,7 @@ from nodeagent.apiserver import (
     jittered,
 )
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339_micro
 from nodeagent.log import Logger, get_logger
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -50,11 +50,6 @@ MAX_UPDATE_RETRIES = 5
 BACKOFF_INITIAL = 0.2
 BACKOFF_CAP = 7.0
 REQUEST_TIMEOUT = 10.0
-
-
-def micro_time(t: dt.datetime) -> str:
-    """metav1.MicroTime: RFC 3339 in UTC with microseconds."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseUpdateFailed(ApiError):
@@ -189,7 +184,7 @@ class NodeLeaseController:
             lease = copy.deepcopy(base)
         lease.setdefault("spec", {})
         lease["spec"]["leaseDurationSeconds"] = self._duration
-        lease["spec"]["renewTime"] = micro_time(self._clock.now())
+        lease["spec"]["renewTime"] = rfc3339_micro(self._clock.now())
         meta = lease.setdefault("metadata", {})
         if not meta.get("ownerReferences"):
             meta["ownerReferences"] = [await self._node_owner_reference()]

@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, EventSink
-from nodeagent.gotext import duration_seconds
+from nodeagent.gotext import duration_seconds, rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import BusGone, Logind, LogindError
 from nodeagent.nodeshutdown import metrics
@@ -262,7 +262,7 @@ class NodeShutdownManager:
         metrics.START_TIME.set(started.timestamp())
         metrics.END_TIME.set(0)
         await self._save(started, None)
-        now = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339(started)
         groups = group_pods(self._groups, list(self._active_pods()))
         for group, pods in zip(self._groups, groups, strict=True):
             if not pods:

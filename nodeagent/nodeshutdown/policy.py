@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from nodeagent.config.schema_kubelet import KubeletConfiguration
-from nodeagent.gotext import duration_seconds
+from nodeagent.gotext import duration_seconds, rfc3339
 from nodeagent.podspec import Pod
 
 DEFAULT_PRIORITY: Final = 0  # DefaultPriorityWhenNoDefaultClassExists
@@ -154,16 +154,12 @@ def disrupted_status(status: dict[str, Any], *, now: str, succeeded: bool) -> di
 # --- state file -----------------------------------------------------------------------------
 
 
-def _rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def encode_state(start: datetime | None, end: datetime | None) -> bytes:
     zero = "0001-01-01T00:00:00Z"
     return json.dumps(
         {
-            "startTime": _rfc3339(start) if start else zero,
-            "endTime": _rfc3339(end) if end else zero,
+            "startTime": rfc3339(start) if start else zero,
+            "endTime": rfc3339(end) if end else zero,
         }
     ).encode()
 

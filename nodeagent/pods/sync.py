@@ -44,6 +44,7 @@ from nodeagent.apiserver import Api, NotFound, Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime.dns import parse_resolv_conf
 from nodeagent.kuberuntime.env import (
     ContainerConfigError,
@@ -237,12 +238,7 @@ class FinalStatus:
         return out
 
 
-RFC3339: Final = "%Y-%m-%dT%H:%M:%SZ"
 MIN_DEADLINE_WAKE: Final = 0.05
-
-
-def rfc3339(clock: Clock) -> str:
-    return clock.now().strftime(RFC3339)
 
 
 class PodSync:
@@ -331,7 +327,7 @@ class PodSync:
             reasons=self._reasons.get(pod.uid, {}),
             runtime_name=self._runtime.settings.runtime_name,
             host_ips=self._host_ips(),
-            now=now.strftime(RFC3339),
+            now=rfc3339(now),
             terminal=terminal,
             probes=self._probes,
             **self._resize_view(pod),
@@ -561,7 +557,7 @@ class PodSync:
         results = self._probes.readiness_results(pod.uid)
         if last is None or not results:
             return
-        updated = with_container_readiness(pod, last, results, now=rfc3339(self._clock))
+        updated = with_container_readiness(pod, last, results, now=rfc3339(self._clock.now()))
         if updated is not None:
             self._status.set_status(pod, updated)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import CriError, CriUnimplemented, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
@@ -46,10 +47,6 @@ from nodeagent.stats.node import FsSample, NodeSample, fs_sample, read_node_samp
 Json = dict[str, Any]
 FIRST_SAMPLE_GAP: Final = 0.1
 MAX_SAMPLE_AGE: Final = 120.0
-
-
-def rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def from_ns(ns: int) -> dt.datetime:
