@@ -112,14 +112,8 @@ def grpc_outcome(check: GrpcCheck, *, addr: str, timeout: float) -> ProbeOutcome
         )
     if check.status != SERVING:
         name = STATUS_NAMES.get(check.status, str(check.status))
-        return failure(f'service unhealthy (responded with "{name}")')
+        return failure(f"service unhealthy (responded with {quote(name)})")
     return success("service healthy")
-
-
-def _go_code(code: object) -> str:
-    """``grpc.StatusCode.DEADLINE_EXCEEDED`` -> ``DeadlineExceeded``."""
-    name = getattr(code, "name", str(code))
-    return "".join(part.capitalize() for part in name.split("_"))
 
 
 def grpc_checker(user_agent: str) -> HealthChecker:
@@ -129,6 +123,8 @@ def grpc_checker(user_agent: str) -> HealthChecker:
         import asyncio
 
         import grpc
+
+        from nodeagent.kuberuntime.remote import go_code_name
 
         target = join_host_port(host, port)
         options = [("grpc.primary_user_agent", user_agent), ("grpc.enable_retries", 0)]
@@ -147,7 +143,8 @@ def grpc_checker(user_agent: str) -> HealthChecker:
             try:
                 status = await call(service, timeout=max(0.001, deadline - loop.time()))
             except grpc.aio.AioRpcError as e:
-                return GrpcCheck("rpc_error", code=_go_code(e.code()), message=e.details() or "")
+                code = go_code_name(e.code())
+                return GrpcCheck("rpc_error", code=code, message=e.details() or "")
             except ValueError as e:
                 return GrpcCheck("rpc_error", code="Internal", message=str(e))
             return GrpcCheck("status", status=int(status))
