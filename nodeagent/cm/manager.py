@@ -47,6 +47,7 @@ from nodeagent.cm.policy import (
 )
 from nodeagent.config import Config, features
 from nodeagent.config.units import parse_reserve_percentage
+from nodeagent.errors import AgentError
 from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.gotext import quote_list
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
@@ -88,7 +89,7 @@ class CmSettings:
     """``system-reserved`` / ``kube-reserved`` in ``enforceNodeAllocatable``, in that order."""
 
 
-class ReservedEnforcementError(Exception):
+class ReservedEnforcementError(AgentError):
     """A reserved cgroup could not be enforced: the kubelet refuses to start on this."""
 
 
