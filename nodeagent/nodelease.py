@@ -12,10 +12,12 @@ Behaviour (the kubelet's ``component-helpers/apimachinery/lease`` controller):
 - The Lease carries an ownerReference to the Node. Getting the Node is part of building the
   Lease, so no Lease is created or updated before the Node exists.
 - Transport failures or timeouts on the second and later tries call ``on_repeated_failure``
-  (the agent closes the HTTP/2 connection so the next try dials afresh).
+  (the agent drops every API connection, ``ApiClient.reset_connections``, so the next try
+  dials afresh).
 
-It depends on nothing but the API, so it keeps renewing while other managers are busy; the
-agent starts it first so it is stopped last.
+It depends on nothing but the API, so it keeps renewing while other managers are busy and
+through a graceful node shutdown; the agent starts it right after the API client, so it is
+stopped just before it, after every other manager.
 """
 
 from __future__ import annotations
