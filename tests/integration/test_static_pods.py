@@ -1,4 +1,4 @@
-"""A static pod runs before the API server is reachable and gets its mirror pod (issue 5).
+"""A static pod runs before the API server is reachable and gets its mirror pod.
 
 `nodeagent run` as a process, with the test containerd as its runtime, a manifest directory
 re-read every second, and a kubeconfig (client certificate of the node) whose server is a
