@@ -57,8 +57,8 @@ from nodeagent.kuberuntime.sandbox import (
     root_cgroup_name,
 )
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.qos import pod_qos_class
 from nodeagent.systemd.dbus import SystemdBus, UnitBus
 
 SETUP_RETRY: Final = 10.0

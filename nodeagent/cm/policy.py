@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from nodeagent.pods.qos import QOSClass, is_critical_pod, pod_qos_class
 from nodeagent.podspec import Container, Pod
+from nodeagent.qos import QOSClass, is_critical_pod, pod_qos_class
 from nodeagent.quantity import milli_value, value
 
 MIN_SHARES: Final = 2

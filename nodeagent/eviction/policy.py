@@ -26,8 +26,8 @@ from nodeagent.eviction.thresholds import (
     Threshold,
 )
 from nodeagent.pods.admission import pod_requests
-from nodeagent.pods.qos import QOSClass, pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.qos import QOSClass, pod_qos_class
 from nodeagent.quantity import value as quantity_value
 
 Json = Mapping[str, Any]

@@ -38,7 +38,6 @@ from nodeagent.kuberuntime.env import (
 )
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.sandbox import namespace_options
-from nodeagent.pods.qos import container_oom_score_adj
 from nodeagent.podspec import (
     Container,
     Pod,
@@ -47,6 +46,7 @@ from nodeagent.podspec import (
     format_pod,
     show_value,
 )
+from nodeagent.qos import container_oom_score_adj
 from nodeagent.quantity import milli_value, value
 
 DEFAULT_MASKED_PATHS: Final = (
