@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from nodeagent.cm.policy import SwapInputs, container_swap
-from nodeagent.pods.admission import admit_pod, pod_requests
+from nodeagent.lifecycle.admission import admit_pod, pod_requests
 from nodeagent.podspec import Container, Pod, ResourceRequirements
 from nodeagent.quantity import milli_value, value
 

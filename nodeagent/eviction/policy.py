@@ -25,7 +25,7 @@ from nodeagent.eviction.thresholds import (
     PID_AVAILABLE,
     Threshold,
 )
-from nodeagent.pods.admission import pod_requests
+from nodeagent.lifecycle.admission import pod_requests
 from nodeagent.podspec import Pod
 from nodeagent.qos import QOSClass, pod_qos_class
 from nodeagent.quantity import value as quantity_value

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.pods.admission import AdmitResult, admit_pod, pod_requests
+from nodeagent.lifecycle.admission import AdmitResult, admit_pod, pod_requests
 from nodeagent.qos import QOSClass, compute_qos_class, container_oom_score_adj, pod_qos_class
 from nodeagent.testing.pods import container, pod
 
