@@ -62,7 +62,8 @@ from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import meminfo
-from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
+from nodeagent.stats.summary import StatsProvider, host_stats_provider
+from nodeagent.stats.summary_json import psi_json
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 

@@ -33,15 +33,10 @@ from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import (
-    ALL_PODS,
-    ALL_SERVICES,
-    ApiEnvSource,
-    FinalStatus,
-    HostResolvConf,
-    PodSync,
-)
+from nodeagent.pods.resolvconf import HostResolvConf
+from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers, Stage
 from nodeagent.podspec import Pod
