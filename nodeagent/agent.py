@@ -40,6 +40,7 @@ from nodeagent.eviction.thresholds import (
     NODEFS_INODES_FREE,
 )
 from nodeagent.gc import ImageGC
+from nodeagent.lifecycle.admission import AdmitResult
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
@@ -51,7 +52,6 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
-from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
@@ -62,7 +62,8 @@ from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import meminfo
-from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
+from nodeagent.stats.summary import StatsProvider, host_stats_provider
+from nodeagent.stats.summary_json import psi_json
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 

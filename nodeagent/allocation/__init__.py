@@ -2,9 +2,9 @@
 admission and the ``PodResizePending``/``PodResizeInProgress`` conditions.
 
 ``policy.py`` holds the pure decisions, ``manager.py`` the kubelet's allocation manager; the
-pod sync applies a resize. In: each pod sync (the spec's container and sidecar resources), node
-allocatable, the other active pods' allocations, ``memorySwap``,
-``<rootDir>/allocated_pods_state``. Out:
+pod sync applies a resize (:mod:`nodeagent.pods.resize`). In: each pod sync (the spec's
+container and sidecar resources), node allocatable, the other active pods' allocations,
+``memorySwap``, ``<rootDir>/allocated_pods_state``. Out:
 
 - the resources a pod was admitted with are checkpointed (JSON, atomic) and everything that
   runs uses them;
@@ -15,7 +15,7 @@ allocatable, the other active pods' allocations, ``memorySwap``,
   predicate's "Node didn't have enough resource: ..."; looked at again every 30 s) in
   ``PodResizePending`` with ``observedGeneration`` and ``ResizeInfeasible``/``ResizeDeferred``
   Events; accepted: a new checkpoint, ``PodResizeInProgress``, ``ResizeStarted``;
-- applying (``PodSync._resize``, the kubelet's ``doPodResizeAction`` order): the pod cgroup
+- applying (``pods.resize.PodResizer``, the kubelet's ``doPodResizeAction`` order): the pod cgroup
   widened to the larger of old and new limits (``cm.policy.widen``); a pod memory limit below
   the pod's ``memory.current`` refused ("aborting attempt to set pod memory limit less than
   current memory usage for pod x", ``PodResizeInProgress`` ``Error``, ``ResizeError``); each

@@ -35,8 +35,6 @@ from nodeagent.cm.policy import (
     QosShare,
     ReservedCgroup,
     ResourceConfig,
-    SwapInputs,
-    container_swap,
     pod_resource_config,
     qos_configs_from,
     qos_share,
@@ -51,6 +49,7 @@ from nodeagent.errors import AgentError
 from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.gotext import quote_list
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
+from nodeagent.kuberuntime.resources import SwapInputs, container_swap
 from nodeagent.kuberuntime.sandbox import (
     KUBEPODS,
     POD_CGROUP_PREFIX,
@@ -58,8 +57,8 @@ from nodeagent.kuberuntime.sandbox import (
     root_cgroup_name,
 )
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.qos import pod_qos_class
 from nodeagent.systemd.dbus import SystemdBus, UnitBus
 
 SETUP_RETRY: Final = 10.0

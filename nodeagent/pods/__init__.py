@@ -1,6 +1,7 @@
-"""The pod pipeline, as the kubelet's pkg/kubelet core: sync loop, pod workers, PLEG, pod sync,
-admission and QoS. ``managers.pod_managers`` wires it; this package's ``__init__`` imports
-nothing so that ``nodeagent.pods.qos`` stays usable from the runtime layer below the pipeline.
+"""The pod pipeline, as the kubelet's pkg/kubelet core: sync loop, pod workers, PLEG and pod
+sync. ``managers.pod_managers`` wires it. Pod QoS (``nodeagent.qos``) and the admission
+predicates (``nodeagent.lifecycle``) live below every manager, as the kubelet's pkg/kubelet/qos
+and pkg/kubelet/lifecycle.
 
 What flows in:
 
@@ -23,13 +24,14 @@ What flows out:
 - ``compute_pod_actions()`` plans executed over CRI by the runtime manager (see
   :mod:`nodeagent.kuberuntime`: sandboxes, init, sidecar, app and ephemeral containers, hooks,
   ``/etc/hosts``, every stop through ``kill_container``);
-- admission after the eviction manager's handler, as the kubelet orders them: a
-  ``securityContext.sysctls`` entry outside the node's allowlist (:mod:`nodeagent.sysctl`: the
-  safe sysctls of the running kernel plus ``kubelet.allowedUnsafeSysctls``, names or ``*``
-  prefixes of the IPC and net namespaces; a net or IPC one on a pod sharing the host's
-  namespace) leaves the pod Failed ``SysctlForbidden`` "Pod was rejected: forbidden sysctl:
-  "kernel.msgmax" not allowlisted" with the Warning Event, nothing started; the allowed ones go
-  to the sandbox (CRI ``LinuxPodSandboxConfig.sysctls``, names in dotted form);
+- admission (the predicates in :mod:`nodeagent.lifecycle`) after the eviction manager's
+  handler, as the kubelet orders them: a ``securityContext.sysctls`` entry outside the node's
+  allowlist (:mod:`nodeagent.sysctl`: the safe sysctls of the running kernel plus
+  ``kubelet.allowedUnsafeSysctls``, names or ``*`` prefixes of the IPC and net namespaces; a
+  net or IPC one on a pod sharing the host's namespace) leaves the pod Failed
+  ``SysctlForbidden`` "Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted"
+  with the Warning Event, nothing started; the allowed ones go to the sandbox (CRI
+  ``LinuxPodSandboxConfig.sysctls``, names in dotted form);
 - the pod status, PATCHed only on change (a static pod's to its mirror pod) by
   :mod:`nodeagent.status`, as a strategic merge patch carrying only the agent's own conditions
   (merged by type, so conditions controllers write are never overwritten; a reason or message a

@@ -16,8 +16,9 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
+from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.sync import PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.staticpods import (
