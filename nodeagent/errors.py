@@ -37,7 +37,7 @@ Outside the tree, deliberately:
   input, so one ``except ValueError`` takes both; each becomes a message (a waiting reason,
   an Event, an HTTP 400, a log line) where it is caught: kuberuntime.env.ContainerConfigError,
   kuberuntime.dns.PodDNSError, kuberuntime.cgroupdriver.UnknownCgroupDriver,
-  podspec.PodSpecError, prober.prober.PortError, staticpods.manifest.ManifestError,
+  podspec.validation.PodSpecError, prober.prober.PortError, staticpods.manifest.ManifestError,
   yamlshape.ShapeError (with yamlshape.TooBig, yamlshape.NotRegularFile),
   containerlogs.options.LogOptionsError, server.streaming.BadOptions, server.wire.WireError,
   volumemanager.content.writer.InvalidPath, apiserver.patch.JsonPatchError (the fake
