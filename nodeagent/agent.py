@@ -61,7 +61,7 @@ from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
-from nodeagent.stats.node import meminfo
+from nodeagent.stats.node import memory_available as node_memory_available
 from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
@@ -309,17 +309,6 @@ def node_stats(
     return stats, sampler
 
 
-def _memory_available() -> int | None:
-    """``memory.available`` as the summary computes it (MemFree + Inactive(file)), from one
-    read of ``/proc/meminfo`` (procfs never blocks; about 20 µs)."""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = meminfo(f.read())
-    except OSError:
-        return None
-    return mem.get("MemFree", 0) + mem.get("Inactive(file)", 0)
-
-
 def eviction_manager(
     config: Config,
     *,
@@ -369,7 +358,7 @@ def eviction_manager(
             return None
 
     async def memory_available() -> int | None:
-        return _memory_available()
+        return node_memory_available()
 
     manager = EvictionManager(
         thresholds=thresholds,
