@@ -62,7 +62,8 @@ from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import memory_available as node_memory_available
-from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
+from nodeagent.stats.pressure import psi_summary
+from nodeagent.stats.summary import StatsProvider, host_stats_provider
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -404,20 +405,7 @@ def contention_monitor(
     interval = k.housekeeping_interval.seconds
 
     async def psi() -> dict[str, Any]:
-        tree = await sampler.current(max_age=2 * interval)
-        if tree is None:  # cgroup v1: no PSI
-            return {}
-        node: dict[str, Any] = {
-            r: {"psi": psi_json(p)} for r, p in tree.node_psi.items() if r in ("memory", "io")
-        }
-        if tree.kubepods is not None:
-            pods = {
-                r: {"psi": psi_json(p)}
-                for r, p in tree.kubepods.psi.items()
-                if r in ("memory", "io")
-            }
-            node["systemContainers"] = [{"name": "pods", **pods}]
-        return {"node": node}
+        return psi_summary(await sampler.current(max_age=2 * interval))
 
     return ContentionMonitor(
         thresholds={
