@@ -47,6 +47,7 @@ from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
 from nodeagent.nodeshutdown.manager import NodeShutdownManager
 from nodeagent.nodeshutdown.policy import shutdown_groups
+from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
@@ -55,7 +56,6 @@ from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
-from nodeagent.quantity import value as quantity_value
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
@@ -350,14 +350,6 @@ def eviction_manager(
         disk,
     )
 
-    def allocatable_memory() -> int | None:
-        node = get_node() or {}
-        raw = ((node.get("status") or {}).get("allocatable") or {}).get("memory")
-        try:
-            return quantity_value(raw) if raw is not None else None
-        except (ValueError, ArithmeticError):
-            return None
-
     async def memory_available() -> int | None:
         return node_memory_available()
 
@@ -372,7 +364,7 @@ def eviction_manager(
         clock=clock,
         pod_cleaned_up=pods.cleaned_up,
         reclaim=reclaim,
-        allocatable_memory=allocatable_memory,
+        allocatable_memory=lambda: node_allocatable_memory(get_node()),
         memory_available=memory_available,
         node_events=events,
         pod_events=events,

@@ -32,6 +32,7 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.manager import Manager
+from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import (
@@ -47,7 +48,6 @@ from nodeagent.pods.workers import PodWorkers, Stage
 from nodeagent.podspec import Pod
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.prober.grpchealth import grpc_checker
-from nodeagent.quantity import value
 from nodeagent.staticpods import (
     FileSource,
     MirrorIndex,
@@ -283,11 +283,8 @@ def pod_managers(
     )
 
     def allocatable_memory() -> int | None:
-        memory = (allocatable() or {}).get("memory")
-        try:
-            return value(memory) if memory is not None else settings.memory_capacity
-        except (ValueError, ArithmeticError):
-            return settings.memory_capacity
+        found = node_allocatable_memory(get_node())
+        return found if found is not None else settings.memory_capacity
 
     volumes = VolumeManager(
         root_dir=settings.root_dir,
