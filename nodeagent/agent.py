@@ -31,14 +31,7 @@ from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.eviction import EvictionManager, contention, parse_thresholds
 from nodeagent.eviction.contention_monitor import ContentionMonitor
-from nodeagent.eviction.thresholds import (
-    CONTAINERFS_AVAILABLE,
-    CONTAINERFS_INODES_FREE,
-    IMAGEFS_AVAILABLE,
-    IMAGEFS_INODES_FREE,
-    NODEFS_AVAILABLE,
-    NODEFS_INODES_FREE,
-)
+from nodeagent.eviction.thresholds import DISK_SIGNALS
 from nodeagent.gc import ImageGC
 from nodeagent.lifecycle.admission import AdmitResult
 from nodeagent.log import Logger, get_logger
@@ -338,17 +331,7 @@ def eviction_manager(
             await pods.gc.images.delete_unused_images()
 
     disk = [delete_unused_containers, delete_unused_images]
-    reclaim = dict.fromkeys(
-        (
-            NODEFS_AVAILABLE,
-            NODEFS_INODES_FREE,
-            IMAGEFS_AVAILABLE,
-            IMAGEFS_INODES_FREE,
-            CONTAINERFS_AVAILABLE,
-            CONTAINERFS_INODES_FREE,
-        ),
-        disk,
-    )
+    reclaim = dict.fromkeys(DISK_SIGNALS, disk)
 
     async def memory_available() -> int | None:
         return node_memory_available()
