@@ -44,16 +44,10 @@ from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import (
-    ALL_PODS,
-    ALL_SERVICES,
-    ApiEnvSource,
-    FinalStatus,
-    HostResolvConf,
-    PodCgroups,
-    PodSync,
-)
+from nodeagent.pods.resolvconf import HostResolvConf
+from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,
     PodStore,

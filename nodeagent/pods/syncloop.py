@@ -43,8 +43,7 @@ from nodeagent.log import Logger, get_logger
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from nodeagent.stats.cgroup import TreeSample
-from nodeagent.stats.summary import psi_json
+from nodeagent.stats.summary_json import psi_json
 
 RESOURCES: Final = ("memory", "io")
 
