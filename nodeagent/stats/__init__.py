@@ -1,8 +1,9 @@
 """Node, pod and container resource usage: the Summary API and /metrics/resource.
 
 Modules: ``node.py`` (``/proc`` and statvfs), ``cgroup.py``, ``housekeeping.py`` (the sampler),
-``disk.py`` (volumes and logs on disk), ``summary.py``, ``resource.py``, ``cadvisor.py``,
-``http.py``, ``cli.py``.
+``disk.py`` (volumes and logs on disk), ``summary.py`` (collection) with ``summary_json.py``
+(the pure JSON builders), ``pressure.py`` (PSI for the contention monitor), ``resource.py``,
+``cadvisor.py``, ``metrics.py``, ``http.py``, ``cli.py``.
 
 In:
 
