@@ -32,10 +32,11 @@ from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
 from nodeagent.config import Config, features
-from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
+from nodeagent.kuberuntime.images import ImageOptions
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podfiles import Files
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
@@ -45,6 +46,7 @@ from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.envsource import ApiEnvSource
+from nodeagent.pods.imagepulls import ApiPullSecrets, image_options
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
 from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodCgroups, PodSync
@@ -263,6 +265,7 @@ def wire_pods(
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+    image_options: ImageOptions | None = None,
 ) -> PodPipeline:
     """Wire the pod pipeline over its collaborators, each injected: the daemon's are built
     by :func:`pod_managers`, a test gives its fakes. Nothing here touches the host.
@@ -276,7 +279,9 @@ def wire_pods(
     them a pod that needs them fails visibly). ``allocation``: in-place resize, with its
     checkpoint at ``allocation_state`` (None: in memory). ``deleter``: how a terminated pod
     leaves the API. ``events``: where the pods' Events go. ``shutting_down``: while it
-    holds, admission refuses new pods. ``sysctls``: the sysctls pods may set."""
+    holds, admission refuses new pods. ``sysctls``: the sysctls pods may set.
+    ``image_options``: how images are pulled (parallelism, plugins, pull records); with an
+    API, pods' ``imagePullSecrets`` are read from it."""
     server: Api = api if api is not None else NoApiServer()
     mirror_status = None
     sources: PodStore
@@ -308,6 +313,7 @@ def wire_pods(
         files=files,
         cgroup_driver=cgroup_driver,
         relisted=pleg.listed,
+        image_options=image_options,
     )
     status = StatusManager(
         api=mirror_status if mirror_status is not None else server,
@@ -351,6 +357,9 @@ def wire_pods(
         probes=prober,
         cgroups=cgroups,
         allocation=allocation_manager,
+        pull_secrets=(
+            ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
+        ),
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
@@ -494,6 +503,7 @@ def pod_managers(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,
         ),
+        image_options=image_options(config, api=api, clock=clock, root_dir=settings.root_dir),
     )
     sources = pipeline.sources
     workers = pipeline.workers

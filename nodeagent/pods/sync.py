@@ -25,7 +25,7 @@ from :mod:`.resolvconf`, and an in-place resize is applied by :mod:`.resize`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -34,6 +34,7 @@ from nodeagent.allocation.manager import DEFERRED_RETRY
 from nodeagent.apiserver import Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
+from nodeagent.credentialprovider import PullSecret
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
@@ -74,6 +75,10 @@ ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False
 """Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 SANDBOX_RETRY: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
+
+
+class PullSecretSource(Protocol):
+    async def for_pod(self, pod: Pod) -> Sequence[PullSecret]: ...
 
 
 class PodCgroups(Protocol):
@@ -133,12 +138,15 @@ class PodSync:
         cgroups: PodCgroups | None = None,
         allocation: AllocationManager | None = None,
         log: Logger | None = None,
+        pull_secrets: PullSecretSource | None = None,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
         cgroups created before the sandbox, removed after it). ``allocation``: the
         allocation manager (in-place resize); without one the spec's resources are used
-        as they are and a resize is never applied."""
+        as they are and a resize is never applied. ``pull_secrets``: reads a pod's
+        ``imagePullSecrets`` (none without it)."""
+        self._pull_secrets = pull_secrets
         self._runtime = runtime
         self._allocation = allocation
         self._cgroups = cgroups
@@ -158,6 +166,14 @@ class PodSync:
         self._resizer = PodResizer(
             runtime=runtime, allocation=allocation, cgroups=cgroups, log=self._log
         )
+
+    def _pull_secrets_loader(self, pod: Pod) -> Callable[[], Awaitable[Sequence[PullSecret]]]:
+        source = self._pull_secrets
+
+        async def load() -> Sequence[PullSecret]:
+            return await source.for_pod(pod) if source is not None else ()
+
+        return load
 
     def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
@@ -276,6 +292,7 @@ class PodSync:
             startup=self._probes.startup_results(pod.uid),
             failed_probes=self._probes.failed_probes(pod.uid),
             resize_restarts=restarts,
+            pull_secrets=self._pull_secrets_loader(pod),
         )
         self._record(pod, result)
         if self._allocation is not None:
