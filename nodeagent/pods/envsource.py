@@ -13,12 +13,10 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from nodeagent.apiserver import Api, NotFound, Resource
+from nodeagent.apiserver import CONFIGMAPS, SECRETS, Api, NotFound, Resource
 from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
 from nodeagent.podspec import Pod
 
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SERVICES_FIRST_LIST_WAIT: Final = 5.0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from nodeagent import cgroups
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import STATE_FILE as ALLOCATION_STATE_FILE
-from nodeagent.apiserver import Api, WatchCache
+from nodeagent.apiserver import PODS, SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
@@ -36,7 +36,7 @@ from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
-from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodSync
+from nodeagent.pods.sync import FinalStatus, PodSync
 from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers, Stage
 from nodeagent.podspec import Pod
@@ -232,7 +232,7 @@ def pod_managers(
     pods_cache = (
         WatchCache(
             api=api,
-            resource=ALL_PODS,
+            resource=PODS,
             field_selector=f"spec.nodeName={node_name}",
             name="cache:pods",
         )
@@ -242,7 +242,7 @@ def pod_managers(
     # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
     # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
     services_cache = (
-        WatchCache(api=api, resource=ALL_SERVICES, name="cache:pod-services")
+        WatchCache(api=api, resource=SERVICES, name="cache:pod-services")
         if api is not None
         else None
     )

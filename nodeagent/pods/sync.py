@@ -31,7 +31,6 @@ from typing import Any, Final, Protocol
 
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import DEFERRED_RETRY
-from nodeagent.apiserver import Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
@@ -50,27 +49,6 @@ from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
 from nodeagent.volumemanager.manager import VolumeManager
 
-
-@dataclass(frozen=True, slots=True)
-class _AllNamespaces(Resource):
-    """Pods across namespaces: ``/api/v1/pods`` for list and watch. (``Resource.path``
-    refuses a namespaced collection without a namespace; drop this once it allows it.)"""
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        if namespace is None and name is None and subresource is None:
-            return f"/api/{self.version}/{self.plural}"
-        return Resource.path(self, namespace=namespace, name=name, subresource=subresource)
-
-
-ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
-ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
-"""Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 SANDBOX_RETRY: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
 

@@ -17,12 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from nodeagent.apiserver import Api, ApiError, NotFound, Resource
+from nodeagent.apiserver import CONFIGMAPS, SECRETS, Api, ApiError, NotFound
 from nodeagent.clock import Clock
 from nodeagent.volumemanager.content.payloads import Fetched, FetchError, ObjectData
 
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 OBJECT_TTL: Final = 60.0
 """Seconds a fetched ConfigMap or Secret is reused (the kubelet's ``Cache`` strategy TTL)."""
 

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 from volume_clocks import ManualClock
 
-from nodeagent.apiserver import ServerError
+from nodeagent.apiserver import CONFIGMAPS, SECRETS, ServerError
 from nodeagent.podspec import Pod, Volume, decode_pod
 from nodeagent.testing.fake_apiserver import Call, FakeApiServer
 from nodeagent.volumemanager.content import VolumeSetupError, content_source
-from nodeagent.volumemanager.content.objects import CONFIGMAPS, SECRETS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
