@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from nodeagent.apiserver import CONFIGMAPS, SECRETS, Api, NotFound, Resource
-from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
-from nodeagent.podspec import Pod
+from nodeagent.kuberuntime.env import EnvInputs, service_env
+from nodeagent.podspec import Pod, referenced_objects
 
 SERVICES_FIRST_LIST_WAIT: Final = 5.0
 
