@@ -3,12 +3,15 @@ pods registered with it: the kubelet's ``configmap.Manager`` / ``secret.Manager`
 cache-based store (``pkg/kubelet/util/manager``).
 
 ``register_pod(pod)`` references the objects the pod names (its containers' environments and
-its volumes); ``unregister_pod(uid)`` drops the pod's references, and an object no registered
-pod references any more is dropped. ``get(namespace, name)`` answers from the cache while the
-copy is younger than the TTL, else asks the API server. Objects that do not exist are not
-cached (a pod waiting for its ConfigMap sees it on its next sync); a failed fetch returns the
-last good copy when there is one (it beats failing a running pod's volume), else raises the
-API's error. An object no registered pod references is fetched and not kept.
+its volumes); an object a pod references for the first time is fetched again on its next
+``get``, as the kubelet's ``RegisterPod`` does, so a new pod never reads a copy older than
+itself (a ConfigMap changed just before ``kubectl rollout restart``). ``unregister_pod(uid)``
+drops the pod's references, and an object no registered pod references any more is dropped.
+``get(namespace, name)`` answers from the cache while the copy is younger than the TTL, else
+asks the API server. Objects that do not exist are not cached (a pod waiting for its ConfigMap
+sees it on its next sync); a failed fetch returns the last good copy when there is one (it
+beats failing a running pod's volume), else raises the API's error. An object no registered
+pod references is fetched and not kept.
 
 The kubelet's default ``configMapAndSecretChangeDetectionStrategy`` is ``Watch`` (one watch per
 referenced object); nodeagent uses the ``Cache`` strategy instead: a GET per object at most
@@ -68,7 +71,8 @@ class ObjectManager:
         return self._resource.kind.lower()
 
     def register_pod(self, pod: Pod) -> None:
-        """Reference the objects ``pod`` reads (again: the references follow the spec)."""
+        """Reference the objects ``pod`` reads, each fetched again on its next ``get`` when
+        the pod did not read it yet (again: the references follow the spec)."""
         names = self._referenced(pod)
         previous = self._pods.get(pod.uid)
         old = previous[1] if previous is not None else frozenset()
@@ -76,6 +80,7 @@ class ObjectManager:
         for name in names - old:
             key = (pod.namespace, name)
             self._refs[key] = self._refs.get(key, 0) + 1
+            self._entries.pop(key, None)  # fetched again for the pod that now reads it
         for name in old - names:
             self._release((pod.namespace, name))
 

@@ -33,6 +33,7 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.objectmanager import config_map_manager, secret_manager
 from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
@@ -284,9 +285,17 @@ def pod_managers(
         except (ValueError, ArithmeticError):
             return settings.memory_capacity
 
+    config_maps = config_map_manager(api=server, clock=clock)
+    secrets = secret_manager(api=server, clock=clock)
     volumes = VolumeManager(
         root_dir=settings.root_dir,
-        content=content_source(api=api, clock=clock, allocatable=lambda: allocatable() or {}),
+        content=content_source(
+            api=api,
+            clock=clock,
+            allocatable=lambda: allocatable() or {},
+            config_maps=config_maps,
+            secrets=secrets,
+        ),
         allocatable_memory=allocatable_memory,
     )
     status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
@@ -323,6 +332,8 @@ def pod_managers(
             services=services_cache.items if services_cache is not None else list,
             services_synced=lambda: services_cache is None or services_cache.synced,
             wait_services=services_cache.wait_synced if services_cache is not None else None,
+            config_maps=config_maps,
+            secrets=secrets,
         ),
         host_dns=HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
@@ -331,6 +342,7 @@ def pod_managers(
         probes=prober,
         cgroups=cm,
         allocation=allocation,
+        objects=(config_maps, secrets),
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)

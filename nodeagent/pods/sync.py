@@ -25,7 +25,7 @@ from :mod:`.resolvconf`, and an in-place resize is applied by :mod:`.resize`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -38,6 +38,7 @@ from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
+from nodeagent.objectmanager import ObjectManager
 from nodeagent.pods import deadline
 from nodeagent.pods.envsource import EnvSource
 from nodeagent.pods.resize import RESIZE_ERROR_RETRY, RESIZE_POLL, PodResizer
@@ -114,15 +115,19 @@ class PodSync:
         probes: PodProbes | None = None,
         cgroups: PodCgroups | None = None,
         allocation: AllocationManager | None = None,
+        objects: Sequence[ObjectManager] = (),
         log: Logger | None = None,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
         cgroups created before the sandbox, removed after it). ``allocation``: the
         allocation manager (in-place resize); without one the spec's resources are used
-        as they are and a resize is never applied."""
+        as they are and a resize is never applied. ``objects``: the ConfigMap and Secret
+        managers the pod is registered with while it runs (the kubelet's pod manager
+        registers each pod: a new pod reads its objects fresh)."""
         self._runtime = runtime
         self._allocation = allocation
+        self._objects = objects
         self._cgroups = cgroups
         self._volumes = volumes
         self._probes: PodProbes = probes or NoProbes()
@@ -236,6 +241,8 @@ class PodSync:
         if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         wake_in = self._deadline_wake(pod, reported)
+        for manager in self._objects:
+            manager.register_pod(pod)
         if self._cgroups is not None:
             await self._cgroups.ensure_pod(pod, widen_only=True)
         volumes = None
@@ -384,7 +391,10 @@ class PodSync:
 
     async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
         """Unmount and remove the pod's volumes (its containers are gone), and its directory
-        unless ``keep_pod_dir`` (the pod is still in the API)."""
+        unless ``keep_pod_dir`` (the pod is still in the API); unregister the pod from the
+        ConfigMap and Secret managers."""
+        for manager in self._objects:
+            manager.unregister_pod(uid)
         if self._volumes is not None:
             await self._volumes.tear_down(uid, keep_pod_dir=keep_pod_dir)
 

@@ -178,7 +178,17 @@ def content_source(
     clock: Clock,
     allocatable: Callable[[], Mapping[str, str]] = dict,
     object_ttl: float = OBJECT_TTL,
+    config_maps: ObjectManager | None = None,
+    secrets: ObjectManager | None = None,
 ) -> ContentSource:
     """The real content source: objects and tokens from ``api`` (None: a node without an
-    apiserver, where only downwardAPI volumes can be filled)."""
-    return ApiContentSource(api=api, clock=clock, allocatable=allocatable, object_ttl=object_ttl)
+    apiserver, where only downwardAPI volumes can be filled); ConfigMaps and Secrets through
+    the node's managers when given."""
+    return ApiContentSource(
+        api=api,
+        clock=clock,
+        allocatable=allocatable,
+        object_ttl=object_ttl,
+        config_maps=config_maps,
+        secrets=secrets,
+    )

@@ -144,6 +144,21 @@ async def test_registering_again_follows_the_spec(
     manager.unregister_pod("a")  # twice is harmless
 
 
+async def test_a_new_pod_reads_its_objects_fresh(
+    server: FakeApiServer, manager: ObjectManager
+) -> None:
+    manager.register_pod(make_pod("old", config_maps=("y",)))
+    await manager.get(NS, "y")
+    set_value(server, "2")  # then kubectl rollout restart
+    manager.register_pod(make_pod("new", config_maps=("y",)))
+    fresh = await manager.get(NS, "y")
+    assert fresh is not None and fresh["data"] == {"a": "2"}
+    assert gets(server) == 2
+    manager.register_pod(make_pod("new", config_maps=("y",)))
+    await manager.get(NS, "y")
+    assert gets(server) == 2  # registered again (the pod's next sync): the copy stands
+
+
 async def test_the_secret_manager_reads_secrets_a_volume_names(server: FakeApiServer) -> None:
     secrets = secret_manager(api=server, clock=FrozenClock())
     secrets.register_pod(make_pod("a", secrets=("s",)))
