@@ -40,6 +40,7 @@ from nodeagent.eviction.thresholds import (
     NODEFS_INODES_FREE,
 )
 from nodeagent.gc import ImageGC
+from nodeagent.lifecycle.admission import AdmitResult
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
@@ -51,7 +52,6 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
-from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers

@@ -23,7 +23,6 @@ from nodeagent.apiserver import PODS, SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
-from nodeagent.cm.policy import SwapInputs
 from nodeagent.config import Config, features
 from nodeagent.events import EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
@@ -31,6 +30,7 @@ from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
 from nodeagent.objectmanager import config_map_manager, secret_manager

@@ -458,7 +458,7 @@ class PodSpec(_S, frozen=True):
     host_aliases: tuple[HostAlias, ...] = ()
     hostname_override: str | None = None
     # Read only so that admission can refuse them by name (nodeagent does not implement them
-    # yet, and a pod must never run as if they were absent): see pods/admission.unsupported.
+    # yet, and a pod must never run as if they were absent): see lifecycle/admission.unsupported.
     resources: dict[str, Any] | None = None
     readiness_gates: tuple[dict[str, Any], ...] = ()
     active_deadline_seconds: int | None = None
