@@ -248,6 +248,17 @@ async def wait_ready(
 # --- a pod seen from the API and from inside its container --------------------------------------
 
 
+def create_objects(
+    control_plane: ControlPlane, namespace: str, *objects: tuple[str, dict[str, Any]]
+) -> None:
+    """POST each (plural, body) to ``namespace`` as admin; each must be created."""
+    for plural, body in objects:
+        code, answer = control_plane.api_request(
+            "POST", f"/api/v1/namespaces/{namespace}/{plural}", body=body
+        )
+        assert code == 201, (plural, code, answer)
+
+
 def pod_path(node: AgentNode, name: str) -> str:
     return f"/api/v1/namespaces/{node.namespace}/pods/{name}"
 

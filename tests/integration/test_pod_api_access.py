@@ -37,6 +37,7 @@ from agentproc import (
     agent_node,
     api_get,
     container_id,
+    create_objects,
     run_in,
     running,
     sleeper_pod,
@@ -272,14 +273,12 @@ async def test_downward_api_projected_volumes_and_a_config_map_update_seen_insid
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
         ns = node.namespace
-        for kind, body in (
+        create_objects(
+            control_plane,
+            ns,
             ("configmaps", {"metadata": {"name": "cfg"}, "data": {"a": "one"}}),
             ("secrets", {"metadata": {"name": "sec"}, "stringData": {"s": "hush"}}),
-        ):
-            code, answer = control_plane.api_request(
-                "POST", f"/api/v1/namespaces/{ns}/{kind}", body=body
-            )
-            assert code == 201, (code, answer)
+        )
         node.start()
         await wait_ready(control_plane, node, status="True", within=90)
         await wait_default_service_account(control_plane, ns)

@@ -18,6 +18,7 @@ import pytest
 from agentproc import (
     agent_node,
     container_id,
+    create_objects,
     run_in,
     running,
     sleeper_pod,
@@ -47,23 +48,18 @@ async def test_env_from_config_maps_and_secrets_and_a_new_pod_reads_them_fresh(
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
         ns = node.namespace
-        for kind, body in (
+        create_objects(
+            control_plane,
+            ns,
             ("configmaps", {"metadata": {"name": "cfg"}, "data": {"mode": "fast"}}),
             ("secrets", {"metadata": {"name": "sec"}, "stringData": {"pw": "hunter2"}}),
-        ):
-            code, answer = control_plane.api_request(
-                "POST", f"/api/v1/namespaces/{ns}/{kind}", body=body
-            )
-            assert code == 201, (code, answer)
+        )
         node.start()
         await wait_ready(control_plane, node, status="True", within=90)
 
         async def seen_by(pod: str) -> tuple[dict[str, str], str]:
             """(the container's environment, its /etc/cfg/mode)."""
-            code, answer = control_plane.api_request(
-                "POST", f"/api/v1/namespaces/{ns}/pods", body=env_pod(pod, ns, node.name)
-            )
-            assert code == 201, (code, answer)
+            create_objects(control_plane, ns, ("pods", env_pod(pod, ns, node.name)))
             await running(control_plane, node, pod)
             container = await container_id(containerd.endpoint, node, pod)
             code, out, err = await run_in(containerd.endpoint, container, "env")
