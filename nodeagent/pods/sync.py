@@ -31,7 +31,6 @@ from typing import Any, Final, Protocol
 
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import DEFERRED_RETRY
-from nodeagent.apiserver import Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
 from nodeagent.credentialprovider import PullSecret
@@ -41,6 +40,7 @@ from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
+from nodeagent.objectmanager import ObjectManager
 from nodeagent.pods import deadline
 from nodeagent.pods.envsource import EnvSource
 from nodeagent.pods.resize import RESIZE_ERROR_RETRY, RESIZE_POLL, PodResizer
@@ -52,27 +52,6 @@ from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
 from nodeagent.volumemanager.manager import VolumeManager
 
-
-@dataclass(frozen=True, slots=True)
-class _AllNamespaces(Resource):
-    """Pods across namespaces: ``/api/v1/pods`` for list and watch. (``Resource.path``
-    refuses a namespaced collection without a namespace; drop this once it allows it.)"""
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        if namespace is None and name is None and subresource is None:
-            return f"/api/{self.version}/{self.plural}"
-        return Resource.path(self, namespace=namespace, name=name, subresource=subresource)
-
-
-ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
-ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
-"""Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 SANDBOX_RETRY: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
 
@@ -137,6 +116,7 @@ class PodSync:
         probes: PodProbes | None = None,
         cgroups: PodCgroups | None = None,
         allocation: AllocationManager | None = None,
+        objects: Sequence[ObjectManager] = (),
         log: Logger | None = None,
         pull_secrets: PullSecretSource | None = None,
     ) -> None:
@@ -145,10 +125,13 @@ class PodSync:
         cgroups created before the sandbox, removed after it). ``allocation``: the
         allocation manager (in-place resize); without one the spec's resources are used
         as they are and a resize is never applied. ``pull_secrets``: reads a pod's
-        ``imagePullSecrets`` (none without it)."""
+        ``imagePullSecrets`` (none without it). ``objects``: the ConfigMap and Secret
+        managers the pod is registered with while it runs (the kubelet's pod manager
+        registers each pod: a new pod reads its objects fresh)."""
         self._pull_secrets = pull_secrets
         self._runtime = runtime
         self._allocation = allocation
+        self._objects = objects
         self._cgroups = cgroups
         self._volumes = volumes
         self._probes: PodProbes = probes or NoProbes()
@@ -270,6 +253,8 @@ class PodSync:
         if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         wake_in = self._deadline_wake(pod, reported)
+        for manager in self._objects:
+            manager.register_pod(pod)
         if self._cgroups is not None:
             await self._cgroups.ensure_pod(pod, widen_only=True)
         volumes = None
@@ -419,7 +404,10 @@ class PodSync:
 
     async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
         """Unmount and remove the pod's volumes (its containers are gone), and its directory
-        unless ``keep_pod_dir`` (the pod is still in the API)."""
+        unless ``keep_pod_dir`` (the pod is still in the API); unregister the pod from the
+        ConfigMap and Secret managers."""
+        for manager in self._objects:
+            manager.unregister_pod(uid)
         if self._volumes is not None:
             await self._volumes.tear_down(uid, keep_pod_dir=keep_pod_dir)
 
