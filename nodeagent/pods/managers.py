@@ -1,53 +1,68 @@
-"""Wiring of the pod managers (issue 5), called by ``agent.build`` and by the integration tests.
+"""Wiring of the pod managers: one builder that the daemon and the tests call.
 
-:func:`pod_managers` returns, in start order: the CRI connection, the watch cache of this
-node's pods, the static pod file source, the sync loop (which runs the PLEG, the pod workers
-and the status manager in its own TaskGroup) over both sources, and the mirror pod manager.
-Stopped in reverse: the mirror pods first, the CRI connection last. Without an API
-(``api=None``, standalone) there is no watch cache and no mirror pod manager.
+:func:`wire_pods` builds the pod pipeline (sources, sync loop, PLEG, pod workers, pod sync,
+status, prober, allocation, mirror pods) over collaborators it is given: the container
+runtime, the API, the pod sources, the host's edges. It touches nothing itself, so a test
+gives it ``FakeRuntime`` and ``FakeApiServer`` and runs the very wiring the daemon runs.
+
+:func:`pod_managers` builds the daemon's collaborators (the CRI connection, the watch caches,
+the static pod files, the volume and container managers, the garbage collectors) around it,
+for ``agent.build`` and the integration tests. Its managers, in start order: the CRI
+connection, the container manager, the watch caches, the static pod file source, the sync
+loop (which runs the PLEG, the pod workers and the status manager in its own TaskGroup)
+over both sources, the prober, the mirror pod manager and the garbage collectors. Stopped in
+reverse: the garbage collectors first, the CRI connection last. Without an API (``api=None``,
+standalone) there are no watch caches and no mirror pod manager.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nodeagent import cgroups
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import STATE_FILE as ALLOCATION_STATE_FILE
-from nodeagent.apiserver import Api, WatchCache
+from nodeagent.apiserver import PODS, SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
-from nodeagent.cm.policy import SwapInputs
 from nodeagent.config import Config, features
-from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
+from nodeagent.kuberuntime.images import ImageOptions
 from nodeagent.kuberuntime.manager import RuntimeManager
-from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+from nodeagent.kuberuntime.podfiles import Files
+from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
+from nodeagent.kuberuntime.resources import SwapInputs
+from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.manager import Manager
+from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.objectmanager import ObjectManager, config_map_manager, secret_manager
+from nodeagent.pods.envsource import ApiEnvSource
+from nodeagent.pods.imagepulls import ApiPullSecrets, image_options
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import (
-    ALL_PODS,
-    ALL_SERVICES,
-    ApiEnvSource,
-    FinalStatus,
-    HostResolvConf,
-    PodSync,
+from nodeagent.pods.resolvconf import HostResolvConf
+from nodeagent.pods.sync import FinalStatus, PodCgroups, PodSync
+from nodeagent.pods.syncloop import (
+    ALL_SAFE_SYSCTLS,
+    PodStore,
+    SyncEvents,
+    SyncLoop,
+    node_allocatable,
+    node_internal_ips,
 )
-from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable, node_internal_ips
 from nodeagent.pods.workers import PodWorkers, Stage
 from nodeagent.podspec import Pod
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.prober.grpchealth import grpc_checker
-from nodeagent.quantity import value
 from nodeagent.staticpods import (
     FileSource,
     MirrorIndex,
@@ -58,7 +73,7 @@ from nodeagent.staticpods import (
 )
 from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
-from nodeagent.sysctl import node_allowlist
+from nodeagent.sysctl import Allowlist, node_allowlist
 from nodeagent.volumemanager.content import content_source
 from nodeagent.volumemanager.manager import VolumeManager
 
@@ -119,7 +134,7 @@ class PodManagers:
     static_pods: FileSource
     mirrors: MirrorPods | None
     prober: ProberManager
-    sources: PodSources
+    sources: PodStore
     workers: PodWorkers
     podsync: PodSync
     services_cache: WatchCache | None = None
@@ -204,66 +219,91 @@ def evict_pod(podsync: PodSync, workers: PodWorkers, pod: Pod, eviction: Evictio
     workers.terminate(pod.uid, eviction.grace_period)
 
 
-def pod_managers(
-    config: Config,
+@dataclass(frozen=True)
+class PodPipeline:
+    """The pod pipeline :func:`wire_pods` builds: the sync loop over its sources, the PLEG,
+    the pod workers and the pod sync with the managers it drives."""
+
+    sources: PodStore
+    sync_loop: SyncLoop
+    pleg: GenericPleg
+    runtime: RuntimeManager
+    status: StatusManager
+    prober: ProberManager
+    podsync: PodSync
+    workers: PodWorkers
+    allocation: AllocationManager | None
+    mirror_status: MirrorStatusApi | None
+    mirrors: MirrorPods | None
+
+
+class CriRuntime(RuntimeService, ImageService, Protocol):
+    """The container runtime the pipeline runs pods on: ``RuntimeConnection`` to containerd,
+    ``FakeRuntime`` in tests."""
+
+
+def wire_pods(
     *,
-    api: Api | None,
-    clock: Clock,
     node_name: str,
-    get_node: Callable[[], Mapping[str, Any] | None],
+    clock: Clock,
+    settings: PodRuntimeSettings,
+    runtime: CriRuntime,
+    api: Api | None,
+    pods_cache: WatchCache | None,
+    static_pods: FileSource | None,
+    get_node: Callable[[], Mapping[str, Any] | None] = lambda: None,
     node_ips: tuple[str, ...] = (),
-    settings: PodRuntimeSettings | None = None,
+    probe_io: ProbeIO | None = None,
+    host_dns: Callable[[], Awaitable[ResolvConf]] | None = None,
+    files: Files | None = None,
+    cgroup_driver: Callable[[], Awaitable[CgroupDriver]] | None = None,
+    services_cache: WatchCache | None = None,
+    volumes: VolumeManager | None = None,
+    cgroups: PodCgroups | None = None,
+    allocation: bool = True,
+    allocation_state: Path | None = None,
     deleter: PodDeleter | None = None,
     events: ObjectEventSink | None = None,
-    node_events: EventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
-    kernel_release: str | None = None,
-) -> PodManagers:
-    """The pod managers for ``config``; ``get_node`` reads this node's Node object from the
-    node cache (addresses for hostIP, allocatable for admission and the downward API).
-    ``deleter``: how a terminated pod leaves the API — give
-    ``GracePeriodZeroDeleter(api=api_client)`` for the real client (the kubelet's call).
-    ``events``: where the pods' Events go (the node's ``EventRecorder``); none if omitted.
-    ``node_events``: where the Node's Events go (garbage collection failures).
-    ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
-    ``shutting_down``: while it holds, admission refuses new pods (node shutdown).
-    ``kernel_release``: which safe sysctls pods may set (``uname -r`` when omitted)."""
-    settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
-    connection = RuntimeConnection(
-        endpoint=config.kubelet.container_runtime_endpoint,
-        runtime_request_timeout=config.kubelet.runtime_request_timeout.seconds,
-        cgroup_driver=settings.cgroup_driver,
-    )
-    pods_cache = (
-        WatchCache(
-            api=api,
-            resource=ALL_PODS,
-            field_selector=f"spec.nodeName={node_name}",
-            name="cache:pods",
-        )
-        if api is not None
-        else None
-    )
-    # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
-    # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
-    services_cache = (
-        WatchCache(api=api, resource=ALL_SERVICES, name="cache:pod-services")
-        if api is not None
-        else None
-    )
+    sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+    image_options: ImageOptions | None = None,
+    config_maps: ObjectManager | None = None,
+    secrets: ObjectManager | None = None,
+) -> PodPipeline:
+    """Wire the pod pipeline over its collaborators, each injected: the daemon's are built
+    by :func:`pod_managers`, a test gives its fakes. Nothing here touches the host.
+
+    ``pods_cache``: this node's pods from the API (None: standalone); ``static_pods``: the
+    static pod file source (None: API pods only, their statuses go to ``api`` directly); both:
+    the mirror pod manager too. ``get_node`` reads this node's Node object (addresses for
+    hostIP, allocatable for admission and the downward API). ``probe_io``, ``host_dns``,
+    ``files``: the probes' edges, the host's resolv.conf and the pod files (the real ones
+    when omitted). ``volumes``, ``cgroups``: the volume and container managers (without
+    them a pod that needs them fails visibly). ``allocation``: in-place resize, with its
+    checkpoint at ``allocation_state`` (None: in memory). ``deleter``: how a terminated pod
+    leaves the API. ``events``: where the pods' Events go. ``shutting_down``: while it
+    holds, admission refuses new pods. ``sysctls``: the sysctls pods may set.
+    ``image_options``: how images are pulled (parallelism, plugins, pull records); with an
+    API, pods' ``imagePullSecrets`` are read from it.
+
+    ``config_maps``, ``secrets``: the ConfigMap and Secret managers the containers'
+    environment shares with the volumes (new ones over ``api`` when omitted)."""
     server: Api = api if api is not None else NoApiServer()
-    static_pods = FileSource(
-        path=config.kubelet.static_pod_path,
-        node_name=node_name,
-        clock=clock,
-        period=config.kubelet.file_check_frequency.seconds,
-    )
-    sources = PodSources(static_pods, *([pods_cache] if pods_cache is not None else []))
-    mirror_status = MirrorStatusApi(
-        api=server,
-        statics=static_pods,
-        mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
-    )
+    config_maps = config_maps or config_map_manager(api=server, clock=clock)
+    secrets = secrets or secret_manager(api=server, clock=clock)
+    mirror_status = None
+    sources: PodStore
+    if static_pods is not None:
+        sources = PodSources(static_pods, *([pods_cache] if pods_cache is not None else []))
+        mirror_status = MirrorStatusApi(
+            api=server,
+            statics=static_pods,
+            mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
+        )
+    elif pods_cache is not None:
+        sources = pods_cache
+    else:
+        raise ValueError("the pod pipeline needs a pod source: the API's or static pods")
 
     def host_ips() -> tuple[str, ...]:
         return node_internal_ips(get_node(), node_ips)
@@ -272,53 +312,42 @@ def pod_managers(
         return node_allocatable(get_node())
 
     sync_events = SyncEvents()
-    pleg = GenericPleg(runtime=connection, on_event=sync_events.pleg_event)
-    runtime = RuntimeManager(
-        runtime=connection,
-        images=connection,
+    pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
+    manager = RuntimeManager(
+        runtime=runtime,
+        images=runtime,
         settings=settings,
         clock=clock,
-        cgroup_driver=connection.cgroup_driver,
+        files=files,
+        cgroup_driver=cgroup_driver,
         relisted=pleg.listed,
+        image_options=image_options,
     )
-
-    def allocatable_memory() -> int | None:
-        memory = (allocatable() or {}).get("memory")
-        try:
-            return value(memory) if memory is not None else settings.memory_capacity
-        except (ValueError, ArithmeticError):
-            return settings.memory_capacity
-
-    volumes = VolumeManager(
-        root_dir=settings.root_dir,
-        content=content_source(api=api, clock=clock, allocatable=lambda: allocatable() or {}),
-        allocatable_memory=allocatable_memory,
-    )
-    status = StatusManager(api=mirror_status, deleter=deleter or PlainDeleter(api=server))
-    cm = container_manager(
-        config, settings=settings, driver=connection.cgroup_driver, events=node_events
+    status = StatusManager(
+        api=mirror_status if mirror_status is not None else server,
+        deleter=deleter or PlainDeleter(api=server),
     )
     workers_ref: list[PodWorkers] = []
-    allocation = AllocationManager(
-        path=Path(settings.root_dir) / ALLOCATION_STATE_FILE,
-        allocatable=allocatable,
-        active_pods=lambda: workers_ref[0].active_pods() if workers_ref else [],
-        swap=settings.swap,
-        events=events,
+    allocation_manager = (
+        AllocationManager(
+            path=allocation_state,
+            allocatable=allocatable,
+            active_pods=lambda: workers_ref[0].active_pods() if workers_ref else [],
+            swap=settings.swap,
+            events=events,
+        )
+        if allocation
+        else None
     )
     prober = ProberManager(
-        io=ProbeIO(
-            runtime=connection,
-            user_agent=PROBE_USER_AGENT,
-            grpc_check=grpc_checker(PROBE_USER_AGENT),
-        ),
+        io=probe_io or ProbeIO(runtime=runtime, user_agent=PROBE_USER_AGENT),
         pod_status=status.last_status,
         clock=clock,
         on_update=sync_events.probe_result,
         events=events,
     )
     podsync = PodSync(
-        runtime=runtime,
+        runtime=manager,
         status=status,
         clock=clock,
         env=ApiEnvSource(
@@ -328,14 +357,20 @@ def pod_managers(
             services=services_cache.items if services_cache is not None else list,
             services_synced=lambda: services_cache is None or services_cache.synced,
             wait_services=services_cache.wait_synced if services_cache is not None else None,
+            config_maps=config_maps,
+            secrets=secrets,
         ),
-        host_dns=HostResolvConf(path=settings.resolv_conf),
+        host_dns=host_dns or HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
         events=events,
         volumes=volumes,
         probes=prober,
-        cgroups=cm,
-        allocation=allocation,
+        cgroups=cgroups,
+        allocation=allocation_manager,
+        pull_secrets=(
+            ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
+        ),
+        objects=(config_maps, secrets),
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
@@ -351,23 +386,8 @@ def pod_managers(
         allocatable=allocatable,
         event_sink=events,
         shutting_down=shutting_down,
-        allocated=allocation.allocated_pods,
-        sysctls=node_allowlist(
-            platform.release() if kernel_release is None else kernel_release,
-            config.kubelet.allowed_unsafe_sysctls,
-        ),
-    )
-    gc = gc_managers(
-        config,
-        runtime=connection,
-        images=connection,
-        pods=PodPresence(
-            synced=lambda: sources.synced, api_pods=sources.items, known=workers.known
-        ),
-        clock=clock,
-        pod_logs_dir=settings.pod_logs_dir,
-        container_logs_dir=settings.container_logs_dir,
-        events=node_events,
+        allocated=allocation_manager.allocated_pods if allocation_manager is not None else list,
+        sysctls=sysctls,
     )
     mirrors = (
         MirrorPods(
@@ -380,24 +400,162 @@ def pod_managers(
             terminating=workers.known,
             deliver_statuses=mirror_status.deliver_pending,
         )
-        if pods_cache is not None
+        if pods_cache is not None and static_pods is not None and mirror_status is not None
         else None
+    )
+    return PodPipeline(
+        sources=sources,
+        sync_loop=sync_loop,
+        pleg=pleg,
+        runtime=manager,
+        status=status,
+        prober=prober,
+        podsync=podsync,
+        workers=workers,
+        allocation=allocation_manager,
+        mirror_status=mirror_status,
+        mirrors=mirrors,
+    )
+
+
+def pod_managers(
+    config: Config,
+    *,
+    api: Api | None,
+    clock: Clock,
+    node_name: str,
+    get_node: Callable[[], Mapping[str, Any] | None],
+    node_ips: tuple[str, ...] = (),
+    settings: PodRuntimeSettings | None = None,
+    deleter: PodDeleter | None = None,
+    events: ObjectEventSink | None = None,
+    node_events: EventSink | None = None,
+    shutting_down: Callable[[], bool] = lambda: False,
+    kernel_release: str | None = None,
+) -> PodManagers:
+    """The pod managers for ``config``: the daemon's collaborators (the CRI connection, the
+    API's watch caches, the static pod files, the volume and container managers, the garbage
+    collectors) around the pipeline :func:`wire_pods` builds. ``get_node`` reads this node's
+    Node object from the node cache. ``deleter``: how a terminated pod leaves the API — give
+    ``GracePeriodZeroDeleter(api=api_client)`` for the real client (the kubelet's call).
+    ``events``: where the pods' Events go (the node's ``EventRecorder``); none if omitted.
+    ``node_events``: where the Node's Events go (garbage collection failures).
+    ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
+    ``shutting_down``: while it holds, admission refuses new pods (node shutdown).
+    ``kernel_release``: which safe sysctls pods may set (``uname -r`` when omitted)."""
+    settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
+    connection = RuntimeConnection(
+        endpoint=config.kubelet.container_runtime_endpoint,
+        runtime_request_timeout=config.kubelet.runtime_request_timeout.seconds,
+        cgroup_driver=settings.cgroup_driver,
+    )
+    pods_cache = (
+        WatchCache(
+            api=api,
+            resource=PODS,
+            field_selector=f"spec.nodeName={node_name}",
+            name="cache:pods",
+        )
+        if api is not None
+        else None
+    )
+    # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
+    # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
+    services_cache = (
+        WatchCache(api=api, resource=SERVICES, name="cache:pod-services")
+        if api is not None
+        else None
+    )
+    static_pods = FileSource(
+        path=config.kubelet.static_pod_path,
+        node_name=node_name,
+        clock=clock,
+        period=config.kubelet.file_check_frequency.seconds,
+    )
+
+    def allocatable_memory() -> int | None:
+        found = node_allocatable_memory(get_node())
+        return found if found is not None else settings.memory_capacity
+
+    # One ConfigMap and one Secret manager for the volumes and the containers' environment
+    # (standalone: NoApiServer says why a pod cannot read one).
+    server: Api = api if api is not None else NoApiServer()
+    config_maps = config_map_manager(api=server, clock=clock)
+    secrets = secret_manager(api=server, clock=clock)
+    volumes = VolumeManager(
+        root_dir=settings.root_dir,
+        content=content_source(
+            api=api,
+            clock=clock,
+            allocatable=lambda: node_allocatable(get_node()) or {},
+            config_maps=config_maps,
+            secrets=secrets,
+        ),
+        allocatable_memory=allocatable_memory,
+    )
+    cm = container_manager(
+        config, settings=settings, driver=connection.cgroup_driver, events=node_events
+    )
+    pipeline = wire_pods(
+        node_name=node_name,
+        clock=clock,
+        settings=settings,
+        runtime=connection,
+        api=api,
+        pods_cache=pods_cache,
+        static_pods=static_pods,
+        get_node=get_node,
+        node_ips=node_ips,
+        probe_io=ProbeIO(
+            runtime=connection,
+            user_agent=PROBE_USER_AGENT,
+            grpc_check=grpc_checker(PROBE_USER_AGENT),
+        ),
+        cgroup_driver=connection.cgroup_driver,
+        services_cache=services_cache,
+        volumes=volumes,
+        cgroups=cm,
+        allocation_state=Path(settings.root_dir) / ALLOCATION_STATE_FILE,
+        deleter=deleter,
+        events=events,
+        config_maps=config_maps,
+        secrets=secrets,
+        shutting_down=shutting_down,
+        sysctls=node_allowlist(
+            platform.release() if kernel_release is None else kernel_release,
+            config.kubelet.allowed_unsafe_sysctls,
+        ),
+        image_options=image_options(config, api=api, clock=clock, root_dir=settings.root_dir),
+    )
+    sources = pipeline.sources
+    workers = pipeline.workers
+    gc = gc_managers(
+        config,
+        runtime=connection,
+        images=connection,
+        pods=PodPresence(
+            synced=lambda: sources.synced, api_pods=sources.items, known=workers.known
+        ),
+        clock=clock,
+        pod_logs_dir=settings.pod_logs_dir,
+        container_logs_dir=settings.container_logs_dir,
+        events=node_events,
     )
     return PodManagers(
         connection=connection,
         pods_cache=pods_cache,
-        sync_loop=sync_loop,
-        pleg=pleg,
-        status=status,
+        sync_loop=pipeline.sync_loop,
+        pleg=pipeline.pleg,
+        status=pipeline.status,
         gc=gc,
         static_pods=static_pods,
-        mirrors=mirrors,
-        prober=prober,
+        mirrors=pipeline.mirrors,
+        prober=pipeline.prober,
         sources=sources,
         workers=workers,
-        podsync=podsync,
+        podsync=pipeline.podsync,
         services_cache=services_cache,
         cm=cm,
-        allocation=allocation,
-        runtime=runtime,
+        allocation=pipeline.allocation,
+        runtime=pipeline.runtime,
     )
