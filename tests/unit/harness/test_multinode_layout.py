@@ -80,3 +80,38 @@ def test_node_paths_are_private_dirs_under_the_node() -> None:
         f"--mount={nodemount.NS_DIR}/na-m0-n1",
         "--",
     ]
+
+
+def test_a_crashed_clusters_nodes_are_found_again_beside_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness import multinode
+
+    monkeypatch.setattr(nodenet, "LEASES", tmp_path / "leases")
+    nodes = [
+        multinode.Node(
+            name=f"node-{i}",
+            addr=nodenet.NodeAddr(4, i),
+            dir=tmp_path / f"node-{i}",
+            log_dir=tmp_path / "logs",
+            containerd_pid=100 + i,
+            agent_pid=200 + i,
+        )
+        for i in (1, 2)
+    ]
+    cluster = multinode.Cluster(
+        plane=None,  # type: ignore[arg-type]  # not used by the state
+        index=4,
+        directory=tmp_path,
+        registry_host="198.18.0.1:5000",
+        nodes=nodes,
+    )
+    assert multinode.recorded_state(4) is None
+    multinode.write_state(cluster)
+    state = multinode.recorded_state(4)
+    assert state is not None
+    back = [multinode.Node.from_record(r) for r in state["nodes"]]
+    assert [(n.name, n.ip, n.netns, n.containerd_pid, n.agent_pid) for n in back] == [
+        ("node-1", "198.18.20.11", "na-m4-n1", 101, 201),
+        ("node-2", "198.18.20.12", "na-m4-n2", 102, 202),
+    ]
