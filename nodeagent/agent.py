@@ -548,6 +548,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         events=events,
         node_events=events,
         shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
+        network_errors=runtime.network_errors,
     )
     shutdown = _shutdown_manager(
         config, node, clock=clock, pods=pods, on_change=status.poke, events=events

@@ -29,6 +29,7 @@ STATUS_PERIOD: Final = 5.0  # the kubelet's updateRuntimeUp period
 MAX_WAIT_FOR_RUNTIME: Final = 30.0  # maxWaitForContainerRuntime
 NOT_CHECKED: Final = "container runtime status check may not have completed yet"
 RUNTIME_DOWN: Final = "container runtime is down"
+NETWORK_NOT_READY: Final = "container runtime network not ready"
 VERSION_UNKNOWN: Final = "unknown"
 
 
@@ -72,7 +73,7 @@ def evaluate(facts: Facts) -> tuple[str, ...]:
             errors.append(f"container runtime not ready: {condition_text(runtime)}")
         network = by_type.get("NetworkReady")
         if network is None or not network.status:
-            errors.append(f"container runtime network not ready: {condition_text(network)}")
+            errors.append(f"{NETWORK_NOT_READY}: {condition_text(network)}")
     return tuple(errors)
 
 
@@ -117,6 +118,11 @@ class RuntimeState:
 
     def version(self) -> str:
         return version_string(self._version)
+
+    def network_errors(self) -> tuple[str, ...]:
+        """Only the network's errors (the kubelet's ``networkErrors``): pods on the host's
+        network may start while they last, the others wait."""
+        return tuple(e for e in self._errors if e.startswith(NETWORK_NOT_READY))
 
     def poke(self) -> None:
         """Check now instead of at the next period (the kubelet's ``updateRuntimeUp`` right after
