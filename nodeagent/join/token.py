@@ -68,14 +68,14 @@ def parse_pins(
             raise JoinError(
                 f"{flag} {text!r}: unknown hash format {fmt!r}; known format(s) are: {PIN_FORMAT}"
             )
-        if len(value) // 2 != hashlib.sha256().digest_size or len(value) % 2:
+        if len(value) // 2 != hashlib.sha256().digest_size:
             raise JoinError(
                 f"{flag} {text!r}: expected a 32 byte SHA-256 hash, found {len(value) // 2} bytes"
             )
         try:
             bytes.fromhex(value)
         except ValueError:
-            raise JoinError(f"{flag} {text!r}: not hexadecimal") from None
+            raise JoinError(f"{flag} {text!r}: could not decode SHA-256 from hex") from None
         pins.add(value.lower())
     return frozenset(pins)
 
