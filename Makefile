@@ -136,6 +136,10 @@ gen: venv
 
 # --- local cluster ------------------------------------------------------------------------------
 
+.PHONY: join-command
+join-command: venv
+	PYTHONPATH=tests $(PY) -m harness join-command
+
 .PHONY: up
 up: host-deps venv binaries
 	PYTHONPATH=tests $(PY) -m harness up

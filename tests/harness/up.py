@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import coredns, metrics_server, node_up, runtime_up
+from harness import coredns, join_up, metrics_server, node_up, runtime_up
 from harness.build import Binaries, ensure_built
 from harness.containerd import unmount_and_remove
 from harness.controlplane import (
@@ -160,6 +160,7 @@ def up() -> int:
         if "registry" in runtime:
             coredns.up(plane, registry_host=runtime["registry"], work_dir=directory / "coredns")
     say(NODE_NOTE)
+    join_up.print_join_command(plane)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")
     print(f"export PATH={plane.kubectl_path.parent}:$PATH")
     return 0
@@ -177,10 +178,22 @@ def down() -> int:
     return 0
 
 
+def join_command() -> int:
+    """`make join-command`: a new token and the join line for the running `up` cluster."""
+    plane = running_plane(read_state(state_dir()))
+    if plane is None:
+        say("no running cluster from `make up`")
+        return 1
+    join_up.print_join_command(plane)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv == ["up"]:
         return up()
     if argv == ["down"]:
         return down()
-    print("usage: python -m harness up | down", file=sys.stderr)
+    if argv == ["join-command"]:
+        return join_command()
+    print("usage: python -m harness up | down | join-command", file=sys.stderr)
     return 2
