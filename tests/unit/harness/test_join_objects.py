@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from harness import bootstrap
 from unit.join.join_vectors import EC_CA, EC_PIN, RSA_CA, RSA_PIN
 
@@ -74,3 +75,30 @@ def test_the_join_command_reads_like_kubeadms() -> None:
     assert bootstrap.join_command(endpoint="198.18.0.1:6443", token="a.b", ca_hash="sha256:c") == (
         "nodeagent join 198.18.0.1:6443 --token a.b --discovery-token-ca-cert-hash sha256:c"
     )
+
+
+class _Plane:
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+
+    def apply(self, obj: dict[str, object]) -> None:
+        self.applied.append(str(obj.get("kind")))
+
+    def publish_cluster_info(self) -> None:
+        self.applied.append("cluster-info")
+
+    def join_command(self) -> str:
+        return "nodeagent join 198.18.0.1:6443 --token a.b --discovery-token-ca-cert-hash sha256:c"
+
+
+def test_make_up_prints_the_join_command_after_making_sure_of_cluster_info(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from harness import join_up
+
+    plane = _Plane()
+    join_up.print_join_command(plane)  # type: ignore[arg-type]
+    assert plane.applied == ["List", "cluster-info"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].strip() == plane.join_command()
+    assert "make join-command" in out[-2]
