@@ -49,8 +49,9 @@ def join_and_start(
     node_ip: str | None = None,
     wrap: Sequence[str] = (),
     detached: bool = False,
-) -> processes.Proc:
-    """Join with ``join_command`` (a printed `nodeagent join ...` line) and start the agent."""
+) -> tuple[processes.Proc, str]:
+    """Join with ``join_command`` (a printed `nodeagent join ...` line) and start the agent;
+    returns the agent's process and what `nodeagent join` printed."""
     words = join_command.split()
     if words[:2] != ["nodeagent", "join"]:
         raise ValueError(f"not a nodeagent join command: {join_command!r}")
@@ -64,12 +65,13 @@ def join_and_start(
     if done.returncode != 0:
         raise JoinFailed(f"nodeagent join for {node_name} failed:\n{done.stdout}{done.stderr}")
     flags = _flags_from(config)
-    return processes.start(
+    proc = processes.start(
         name=f"nodeagent-{node_name}",
         argv=[*wrap, *agent, "run", "--config", str(config), *flags],
         log=log,
         detached=detached,
     )
+    return proc, done.stdout
 
 
 def _flags_from(config: Path) -> tuple[str, ...]:

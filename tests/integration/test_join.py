@@ -10,7 +10,6 @@ naming the mismatch, and no file exists afterwards.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import yaml
 from harness.controlplane import ControlPlane
 from harness.controlplane_args import free_port
 from harness.fixtures_runtime import RuntimeEnv
+from harness.join_up import join_and_start
 
 from nodeagent.join.files import read_flags_env
 
@@ -94,35 +94,27 @@ def test_the_printed_join_command_joins_a_node_that_becomes_ready(
     name = "joined-node"
     command = control_plane.join_command()
     config = write_config(tmp_path, runtime_endpoint=containerd.endpoint)
-    done = join(config, *join_argv(command), node=name)
-    assert done.returncode == 0, done.stderr
-    assert "is signed by token id" in done.stdout
-    assert "The API server's TLS verifies against the pinned CA" in done.stdout
+    log = tmp_path / "nodeagent.log"
+    # What `make up` does for each further node: join --no-start, then the agent with its flags.
+    proc, joined = join_and_start(command, config=config, node_name=name, log=log)
+    assert "is signed by token id" in joined
+    assert "The API server's TLS verifies against the pinned CA" in joined
 
     flags = read_flags_env(tmp_path / "root" / "join-flags.env")
     boot = tmp_path / "etc" / "bootstrap-kubeconfig"
     assert flags == (f"--bootstrap-kubeconfig={boot}", f"--hostname-override={name}")
     assert boot.stat().st_mode & 0o777 == 0o600
-    assert not (tmp_path / "etc" / "kubeconfig").exists()  # TLS bootstrap makes it
-
-    log = tmp_path / "nodeagent.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "run", "--config", str(config), *flags],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
         while ready(control_plane, name).get("status") != "True":
-            assert proc.poll() is None, log.read_text()[-3000:]
+            assert proc.alive(), log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(1)
         csrs = control_plane.get_json("csr")["items"]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=20)
+        proc.stop(timeout=20)
         control_plane.kubectl("delete", "node", name, "--ignore-not-found", check=False)
-    assert code == 0, log.read_text()[-3000:]
+    assert proc.popen is not None and proc.popen.returncode == 0, log.read_text()[-3000:]
     token_id = join_argv(command)[2].split(".")[0]
     mine = [c for c in csrs if c["spec"]["username"] == f"system:bootstrap:{token_id}"]
     assert len(mine) == 1
