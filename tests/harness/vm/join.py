@@ -29,6 +29,7 @@ from harness.vm.rootfs import APISERVER_IP, GUEST_IP
 APISERVER_TABLE: Final = "nodeagent-test-apiserver"
 JOIN_FLAGS: Final = "/var/lib/nodeagent/join-flags.env"
 NODE_KUBECONFIG: Final = "/etc/nodeagent/kubeconfig"
+JOIN_TIMEOUT_S: Final = 600.0
 
 
 def route_apiserver(vm: Machine, control_plane: ControlPlane) -> None:
@@ -73,7 +74,9 @@ def join_guest(
     control_plane.kubectl("delete", "node", node, "--ignore-not-found", check=False)
     command = control_plane.join_command().split()
     assert command[:2] == ["nodeagent", "join"], command
+    # A join restarts the agent (Type=notify) and waits for TLS bootstrap: under TCG on a busy
+    # host that alone has taken minutes, so more than provisioning's usual 300 s.
     return provision(
         vm, deb, "--join", " ".join(command[2:]), "--node-name", node, "--node-ip", GUEST_IP,
-        *provision_args,
+        *provision_args, timeout=JOIN_TIMEOUT_S,
     )  # fmt: skip
