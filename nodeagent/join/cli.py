@@ -148,7 +148,7 @@ class Steps:
         self.fetch = get_cluster_info
         self.ready_node_exists = start.ready_node_exists
         self.systemd_manages_agent: Callable[[], bool] = start.systemd_manages_agent
-        self.restart_agent: Callable[[], None] = start.restart_agent
+        self.restart_agent: Callable[[], str | None] = start.restart_agent
         self.wait_for_tls_bootstrap = start.wait_for_tls_bootstrap
         self.hostname: Callable[[], str] = hostinfo.hostname
 
@@ -212,7 +212,11 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
         )
         return EXIT_OK
     say(f"[kubelet-start] Restarting {start.UNIT}")
-    steps.restart_agent()
+    if problem := steps.restart_agent():
+        say(
+            f"[kubelet-start] WARNING: unable to restart {start.UNIT}: {problem}; systemd "
+            "retries it (Restart=always), see journalctl -u nodeagent.service"
+        )
     say(
         "[kubelet-start] Waiting for the agent to perform the TLS Bootstrap "
         f"(up to {Duration.of(seconds=args.tls_bootstrap_timeout)})"

@@ -5,7 +5,8 @@
   refuses then, since two agents under one name fight over one Node. The cluster lets
   bootstrap tokens ``get`` nodes for this (kubeadm's ``kubeadm:get-nodes`` ClusterRole).
 - :func:`systemd_manages_agent` / :func:`restart_agent`: with systemd as PID 1 and
-  ``nodeagent.service`` installed, join restarts it, as kubeadm restarts the kubelet;
+  ``nodeagent.service`` installed, join restarts it, as kubeadm restarts the kubelet (a failed
+  restart is a warning, as kubeadm's: systemd retries the unit and the wait below decides);
 - :func:`wait_for_tls_bootstrap`: then wait (every 5 s, kubeadm's
   ``TLSBootstrapRetryInterval``; 5 min, its ``timeouts.tlsBootstrap``) until the node
   kubeconfig loads with a client certificate: the agent's credentials manager writes it once
@@ -60,13 +61,15 @@ def systemd_manages_agent(
     return done.returncode == 0 and done.stdout.strip() == "loaded"
 
 
-def restart_agent(*, run: Run = subprocess.run) -> None:
+def restart_agent(*, run: Run = subprocess.run) -> str | None:
+    """``systemctl restart``; what went wrong, or None. Not fatal, as in kubeadm's
+    ``TryStartKubelet``: a start that timed out (the unit's ``TimeoutStartSec`` on a slow
+    host) is retried by systemd (``Restart=always``), and TLS bootstrap, early in the start,
+    may well be done by then; the wait decides."""
     done = run(["systemctl", "restart", UNIT], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise JoinError(
-            f"systemctl restart {UNIT} failed: {done.stderr.strip() or done.returncode}; "
-            f"see journalctl -u {UNIT}"
-        )
+        return done.stderr.strip().replace("\n", " ") or f"exit status {done.returncode}"
+    return None
 
 
 def bootstrapped(kubeconfig: Path) -> bool:

@@ -191,7 +191,17 @@ join_cluster() {
         journalctl -u nodeagent --no-pager -n 50 || true
         die "nodeagent join failed"
     fi
-    systemctl is-active --quiet nodeagent || die "nodeagent.service is not active after the join"
+    # The join waited for TLS bootstrap; the unit's start (Type=notify) may still be under way
+    # on a slow host, or be retried by systemd after a start timeout.
+    local i
+    for ((i = 0; i < 120; i++)); do
+        systemctl is-active --quiet nodeagent && break
+        sleep 2
+    done
+    if ! systemctl is-active --quiet nodeagent; then
+        systemctl status --no-pager nodeagent || true
+        die "nodeagent.service is not active after the join"
+    fi
     log "joined; nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
 }
 

@@ -26,7 +26,13 @@ SIGNED: Obj = {
 
 
 class FakeSteps(cli.Steps):
-    def __init__(self, *, systemd: bool = False, ready_node: bool | Exception = False) -> None:
+    def __init__(
+        self,
+        *,
+        systemd: bool = False,
+        ready_node: bool | Exception = False,
+        restart_problem: str | None = None,
+    ) -> None:
         self.fetched: list[bytes | None] = []
         self.restarted = 0
         self.waited_for: list[Path] = []
@@ -49,8 +55,9 @@ class FakeSteps(cli.Steps):
         async def wait(kubeconfig: Path, *, give_up_after: float) -> None:
             self.waited_for.append(kubeconfig)
 
-        def restart() -> None:
+        def restart() -> str | None:
             self.restarted += 1
+            return restart_problem
 
         self.fetch = fetch
         self.ready_node_exists = ready_node_exists
@@ -138,6 +145,14 @@ def test_under_systemd_join_restarts_the_agent_waits_and_drops_the_token(node: P
     assert steps.waited_for == [node / "etc" / "kubeconfig"]
     assert not (node / "etc" / "bootstrap-kubeconfig").exists()
     assert "This node has joined the cluster" in out
+
+
+def test_a_failed_restart_is_a_warning_and_the_wait_decides(node: Path) -> None:
+    steps = FakeSteps(systemd=True, restart_problem="Job for nodeagent.service failed")
+    code, out, _ = join(node, *PINNED, steps=steps)
+    assert code == 0
+    assert "[kubelet-start] WARNING: unable to restart nodeagent.service: Job for" in out
+    assert steps.waited_for == [node / "etc" / "kubeconfig"]
 
 
 def test_no_start_under_systemd_only_writes(node: Path) -> None:
