@@ -147,6 +147,10 @@ gen: venv
 
 # --- local cluster ------------------------------------------------------------------------------
 
+.PHONY: join-command
+join-command: venv
+	PYTHONPATH=tests $(PY) -m harness join-command
+
 NODES ?= 1
 
 .PHONY: up
