@@ -352,6 +352,8 @@ def pod_managers(
         event_sink=events,
         shutting_down=shutting_down,
         allocated=allocation.allocated_pods,
+        on_admitted=allocation.admitted,
+        load_allocations=allocation.load,
         sysctls=node_allowlist(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,

@@ -9,6 +9,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nodeagent.allocation import AllocationManager
@@ -110,6 +111,7 @@ async def running_stack(
     shutting_down: Callable[[], bool] = lambda: False,
     cgroups: PodCgroups | None = None,
     allocation: bool = False,
+    allocation_checkpoint: Path | None = None,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
@@ -149,7 +151,7 @@ async def running_stack(
     )
     allocation_manager = (
         AllocationManager(
-            path=None,
+            path=allocation_checkpoint,
             allocatable=allocatable,
             active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
             events=events,
@@ -184,6 +186,15 @@ async def running_stack(
         shutting_down=shutting_down,
         event_sink=events,
         sysctls=sysctls,
+        **(
+            {
+                "allocated": allocation_manager.allocated_pods,
+                "on_admitted": allocation_manager.admitted,
+                "load_allocations": allocation_manager.load,
+            }
+            if allocation_manager is not None
+            else {}
+        ),
     )
     stack = Stack(
         server,
