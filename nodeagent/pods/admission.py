@@ -3,8 +3,9 @@
 ``admit_pod`` follows the kubelet's predicate admit handler: the pod's ``spec.os`` must be
 linux, then the scheduler's resource fit on allocatable minus what the admitted pods request
 (``lifecycle.resources``; pods count first, then cpu, memory, ephemeral-storage, the scalar
-resources). A refusal carries the kubelet's reason (``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``,
-``OutOfephemeral-storage``, ...) and message
+resources), then the other general predicates (``lifecycle.predicates``). A refusal carries the
+kubelet's reason (``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``, ``OutOfephemeral-storage``,
+``NodePorts``, ...) and message
 (``Node didn't have enough resource: cpu, requested: 500, used: 1800, capacity: 2000``).
 Features nodeagent does not implement are refused with a reason of their own. A quantity that
 cannot be computed with (decoding refuses those, so only a pod built another way) is the
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from nodeagent.lifecycle import resources
+from nodeagent.lifecycle import predicates, resources
 from nodeagent.podspec import Pod
 from nodeagent.quantity import value
 from nodeagent.sysctl import FORBIDDEN_REASON, Allowlist
@@ -129,12 +130,25 @@ UNEXPECTED_ADMISSION_ERROR: Final = "UnexpectedAdmissionError"
 
 
 def admit_pod(
-    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+    pod: Pod,
+    *,
+    allocatable: Mapping[str, str | int],
+    admitted: Sequence[Pod],
+    node: Mapping[str, Any] | None = None,
+    comparison_operators: bool = False,
 ) -> AdmitResult:
     """Whether ``pod`` may run next to the ``admitted`` pods (the kubelet's active pods, with
-    their allocated resources)."""
+    their allocated resources). With the ``node`` object, the general predicates too
+    (``lifecycle.predicates``); ``comparison_operators``: the
+    ``TaintTolerationComparisonOperators`` gate."""
     try:
-        return _admit(pod, allocatable=allocatable, admitted=admitted)
+        return _admit(
+            pod,
+            allocatable=allocatable,
+            admitted=admitted,
+            node=node,
+            comparison_operators=comparison_operators,
+        )
     except (ValueError, ArithmeticError) as e:
         return AdmitResult(
             False,
@@ -143,14 +157,34 @@ def admit_pod(
         )
 
 
+def _refused(refusal: predicates.Refusal) -> AdmitResult:
+    return AdmitResult(False, refusal.reason, refusal.message)
+
+
 def _admit(
-    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+    pod: Pod,
+    *,
+    allocatable: Mapping[str, str | int],
+    admitted: Sequence[Pod],
+    node: Mapping[str, Any] | None,
+    comparison_operators: bool,
 ) -> AdmitResult:
+    if node is not None and (label := predicates.os_label(pod)) is not None:
+        return _refused(label)
     refused = unsupported(pod)
     if refused is not None:
         return refused
+    if node is not None and (groups := predicates.supplemental_groups(pod, node)) is not None:
+        return _refused(groups)
     short = _resource_fit(pod, allocatable=allocatable, admitted=admitted)
-    return ADMITTED if short is None else short
+    if short is not None:
+        return short
+    if node is not None:
+        for failure in predicates.general_predicates(
+            pod, node, admitted, comparison_operators=comparison_operators
+        ):
+            return _refused(failure)
+    return ADMITTED
 
 
 def _resource_fit(

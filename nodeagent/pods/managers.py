@@ -354,6 +354,10 @@ def pod_managers(
         allocated=allocation.allocated_pods,
         on_admitted=allocation.admitted,
         load_allocations=allocation.load,
+        node=get_node,
+        comparison_operators=features.effective(config.kubelet.feature_gates)[
+            "TaintTolerationComparisonOperators"
+        ],
         sysctls=node_allowlist(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,

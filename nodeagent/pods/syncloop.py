@@ -169,6 +169,8 @@ class SyncLoop:
         shutting_down: Callable[[], bool] = lambda: False,
         allocated: Callable[[list[Pod]], list[Pod]] = list,
         sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+        node: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        comparison_operators: bool = False,
         on_admitted: Callable[[Pod], None] = lambda _pod: None,
         load_allocations: Callable[[], Awaitable[None]] | None = None,
         log: Logger | None = None,
@@ -177,13 +179,17 @@ class SyncLoop:
         holds, new pods are refused (``NodeShutdown``). ``allocated``: the admitted pods as
         allocated (a resize the node has not accepted does not count against admission).
         ``sysctls``: the sysctls pods may set (``sysctl.node_allowlist``); others are
-        ``SysctlForbidden``. ``on_admitted``: told of each pod
+        ``SysctlForbidden``. ``node``: the Node object, for the general predicates (node
+        affinity, host ports, ``NoExecute`` taints); ``comparison_operators``: the
+        ``TaintTolerationComparisonOperators`` gate. ``on_admitted``: told of each pod
         admission lets in (the allocation manager records its allocation then);
         ``load_allocations``: awaited before the first pod is admitted (the allocation
         checkpoint, so a restarted agent admits its pods with what it had allocated)."""
         self._sysctls = sysctls
         self._on_admitted = on_admitted
         self._load_allocations = load_allocations
+        self._node_object = node
+        self._comparison_operators = comparison_operators
         self._allocated = allocated
         self._node = node_name
         self._shutting_down = shutting_down
@@ -375,6 +381,8 @@ class SyncLoop:
             self._allocated([pod])[0],
             allocatable=allocatable,
             admitted=self._allocated(self._active_pods(current, but=pod.uid)),
+            node=self._node_object(),
+            comparison_operators=self._comparison_operators,
         )
 
     def _admit(self, pod: Pod, current: Mapping[str, Pod]) -> bool:

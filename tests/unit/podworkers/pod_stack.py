@@ -186,6 +186,7 @@ async def running_stack(
         shutting_down=shutting_down,
         event_sink=events,
         sysctls=sysctls,
+        node=lambda: node_cache.get(NODE),
         **(
             {
                 "allocated": allocation_manager.allocated_pods,
