@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -39,6 +40,7 @@ from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.kuberuntime import runtime_errors
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
 from nodeagent.pods.activepods import is_inactive
 from nodeagent.pods.admission import ADMITTED, AdmitResult, admit_pod, admit_sysctls
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
@@ -205,6 +207,7 @@ class SyncLoop:
         self._log = log or get_logger("pods")
         self._events = events
         self._known: dict[str, Pod] = {}
+        self._mirrors = 0  # mirror pods in the source, at the last pass
         self._rejected: set[str] = set()
         self._undecodable: set[str] = set()
         # uid -> (resourceVersion, decoded pod): every status patch comes back as a watch
@@ -311,11 +314,16 @@ class SyncLoop:
     def _reconcile_source(self) -> None:
         current: dict[str, Pod] = {}
         decoded: dict[str, tuple[str, Pod | None]] = {}
+        mirrors = 0
         for obj in self._source.items():
             pod = self._decode_cached(obj, decoded)
-            if pod is None or pod.spec.node_name != self._node or pod.is_mirror:
+            if pod is None or pod.spec.node_name != self._node:
+                continue
+            if pod.is_mirror:
+                mirrors += 1
                 continue
             current[pod.uid] = pod
+        self._mirrors = mirrors
         self._decoded = decoded
         new: list[Pod] = []
         for uid, pod in current.items():
@@ -403,6 +411,7 @@ class SyncLoop:
             self._on_admitted(pod)
             return True
         self._rejected.add(pod.uid)
+        metrics.count_rejection(result.reason)
         self._log.warning(
             "Pod rejected",
             pod_namespace=pod.namespace,
@@ -422,6 +431,12 @@ class SyncLoop:
         if self._successor_waits:
             self._successor_waits = False
             self._reconcile_source()
+        active = self._active_pods(self._known, but="")
+        metrics.pod_counts(
+            desired=Counter(p.is_static for p in self._known.values()),
+            active=Counter(p.is_static for p in active),
+            mirrors=self._mirrors,
+        )
         if not self._source.synced or not self._pleg.relisted_once or self._tg is None:
             return
         for uid, seen in self._pleg.pods().items():

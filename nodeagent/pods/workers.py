@@ -27,6 +27,7 @@ from typing import Final, Protocol
 
 from nodeagent.kuberuntime import runtime_errors
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
 from nodeagent.pods.activepods import Termination
 from nodeagent.podspec import Pod, termination_grace_period
 
@@ -134,6 +135,7 @@ class PodWorkers:
     def update_pod(self, pod: Pod) -> None:
         worker = self._workers.get(pod.uid)
         if worker is None:
+            metrics.CONTAINERS_PER_POD.observe(len(pod.spec.containers))
             worker = _Worker(pod=pod)
             if pod.status.get("phase") in TERMINAL_PHASES:
                 worker.stage = Stage.TERMINATING  # finished before a restart: never rerun
