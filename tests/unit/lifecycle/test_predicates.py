@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.lifecycle.admission import AdmitResult, admit_pod
 from nodeagent.lifecycle.predicates import (
     general_predicates,
     host_ports_fit,
@@ -14,7 +15,6 @@ from nodeagent.lifecycle.predicates import (
     supplemental_groups,
     untolerated_no_execute,
 )
-from nodeagent.pods.admission import AdmitResult, admit_pod
 from nodeagent.podspec import Pod
 from nodeagent.testing.pods import container, pod
 
