@@ -320,12 +320,13 @@ def wire_pods(
         api=mirror_status if mirror_status is not None else server,
         deleter=deleter or PlainDeleter(api=server),
     )
-    workers_ref: list[PodWorkers] = []
+    # resize admission counts the pods admission counts (the kubelet's GetActivePods)
+    loop_ref: list[SyncLoop] = []
     allocation_manager = (
         AllocationManager(
             path=allocation_state,
             allocatable=allocatable,
-            active_pods=lambda: workers_ref[0].active_pods() if workers_ref else [],
+            active_pods=lambda: loop_ref[0].active_pods() if loop_ref else [],
             swap=settings.swap,
             events=events,
         )
@@ -360,7 +361,6 @@ def wire_pods(
         allocation=allocation_manager,
     )
     workers = PodWorkers(syncer=podsync)
-    workers_ref.append(workers)
     sync_loop = SyncLoop(
         node_name=node_name,
         events=sync_events,
@@ -380,6 +380,7 @@ def wire_pods(
         comparison_operators=comparison_operators,
         sysctls=sysctls,
     )
+    loop_ref.append(sync_loop)
     mirrors = (
         MirrorPods(
             api=server,

@@ -366,6 +366,10 @@ class SyncLoop:
                 return True
         return False
 
+    def active_pods(self) -> list[Pod]:
+        """The kubelet's ``GetActivePods``: what admission and resize admission count."""
+        return self._active_pods(self._known, but="")
+
     def _active_pods(self, current: Mapping[str, Pod], but: str) -> list[Pod]:
         """The kubelet's ``GetActivePods`` (see ``activepods``) over the pods the sources
         have now, without the pod ``but``."""
@@ -430,7 +434,7 @@ class SyncLoop:
         if self._successor_waits:
             self._successor_waits = False
             self._reconcile_source()
-        active = self._active_pods(self._known, but="")
+        active = self.active_pods()
         metrics.pod_counts(
             desired=Counter(p.is_static for p in self._known.values()),
             active=Counter(p.is_static for p in active),
