@@ -27,15 +27,16 @@ from typing import Any, Protocol
 from nodeagent import cgroups
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import STATE_FILE as ALLOCATION_STATE_FILE
-from nodeagent.apiserver import Api, WatchCache
+from nodeagent.apiserver import PODS, SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
 from nodeagent.config import Config, features
-from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
+from nodeagent.kuberuntime.images import ImageOptions
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podfiles import Files
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
@@ -44,10 +45,12 @@ from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.objectmanager import ObjectManager, config_map_manager, secret_manager
 from nodeagent.pods.envsource import ApiEnvSource
+from nodeagent.pods.imagepulls import ApiPullSecrets, image_options
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
-from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodCgroups, PodSync
+from nodeagent.pods.sync import FinalStatus, PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,
     PodStore,
@@ -267,6 +270,9 @@ def wire_pods(
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+    image_options: ImageOptions | None = None,
+    config_maps: ObjectManager | None = None,
+    secrets: ObjectManager | None = None,
     comparison_operators: bool = False,
 ) -> PodPipeline:
     """Wire the pod pipeline over its collaborators, each injected: the daemon's are built
@@ -282,9 +288,16 @@ def wire_pods(
     checkpoint at ``allocation_state`` (None: in memory). ``deleter``: how a terminated pod
     leaves the API. ``events``: where the pods' Events go. ``shutting_down``: while it
     holds, admission refuses new pods. ``sysctls``: the sysctls pods may set.
+    ``image_options``: how images are pulled (parallelism, plugins, pull records); with an
+    API, pods' ``imagePullSecrets`` are read from it.
+
+    ``config_maps``, ``secrets``: the ConfigMap and Secret managers the containers'
+    environment shares with the volumes (new ones over ``api`` when omitted).
     ``comparison_operators``: the ``TaintTolerationComparisonOperators`` gate (admission's
     ``Lt``/``Gt`` tolerations of ``NoExecute`` taints)."""
     server: Api = api if api is not None else NoApiServer()
+    config_maps = config_maps or config_map_manager(api=server, clock=clock)
+    secrets = secrets or secret_manager(api=server, clock=clock)
     mirror_status = None
     sources: PodStore
     if static_pods is not None:
@@ -315,6 +328,7 @@ def wire_pods(
         files=files,
         cgroup_driver=cgroup_driver,
         relisted=pleg.listed,
+        image_options=image_options,
     )
     status = StatusManager(
         api=mirror_status if mirror_status is not None else server,
@@ -351,6 +365,8 @@ def wire_pods(
             services=services_cache.items if services_cache is not None else list,
             services_synced=lambda: services_cache is None or services_cache.synced,
             wait_services=services_cache.wait_synced if services_cache is not None else None,
+            config_maps=config_maps,
+            secrets=secrets,
         ),
         host_dns=host_dns or HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
@@ -359,6 +375,10 @@ def wire_pods(
         probes=prober,
         cgroups=cgroups,
         allocation=allocation_manager,
+        pull_secrets=(
+            ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
+        ),
+        objects=(config_maps, secrets),
     )
     workers = PodWorkers(syncer=podsync)
     sync_loop = SyncLoop(
@@ -444,7 +464,7 @@ def pod_managers(
     pods_cache = (
         WatchCache(
             api=api,
-            resource=ALL_PODS,
+            resource=PODS,
             field_selector=f"spec.nodeName={node_name}",
             name="cache:pods",
         )
@@ -454,7 +474,7 @@ def pod_managers(
     # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
     # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
     services_cache = (
-        WatchCache(api=api, resource=ALL_SERVICES, name="cache:pod-services")
+        WatchCache(api=api, resource=SERVICES, name="cache:pod-services")
         if api is not None
         else None
     )
@@ -469,10 +489,19 @@ def pod_managers(
         found = node_allocatable_memory(get_node())
         return found if found is not None else settings.memory_capacity
 
+    # One ConfigMap and one Secret manager for the volumes and the containers' environment
+    # (standalone: NoApiServer says why a pod cannot read one).
+    server: Api = api if api is not None else NoApiServer()
+    config_maps = config_map_manager(api=server, clock=clock)
+    secrets = secret_manager(api=server, clock=clock)
     volumes = VolumeManager(
         root_dir=settings.root_dir,
         content=content_source(
-            api=api, clock=clock, allocatable=lambda: node_allocatable(get_node()) or {}
+            api=api,
+            clock=clock,
+            allocatable=lambda: node_allocatable(get_node()) or {},
+            config_maps=config_maps,
+            secrets=secrets,
         ),
         allocatable_memory=allocatable_memory,
     )
@@ -501,6 +530,8 @@ def pod_managers(
         allocation_state=Path(settings.root_dir) / ALLOCATION_STATE_FILE,
         deleter=deleter,
         events=events,
+        config_maps=config_maps,
+        secrets=secrets,
         shutting_down=shutting_down,
         comparison_operators=features.effective(config.kubelet.feature_gates)[
             "TaintTolerationComparisonOperators"
@@ -509,6 +540,7 @@ def pod_managers(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,
         ),
+        image_options=image_options(config, api=api, clock=clock, root_dir=settings.root_dir),
     )
     sources = pipeline.sources
     workers = pipeline.workers

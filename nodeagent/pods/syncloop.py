@@ -38,15 +38,17 @@ import msgspec
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import runtime_errors
 from nodeagent.lifecycle.admission import ADMITTED, AdmitResult, admit_pod, admit_sysctls
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods import metrics
 from nodeagent.pods.activepods import is_inactive
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
-from nodeagent.pods.sync import PodSync, rfc3339
+from nodeagent.pods.sync import PodSync
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
 from nodeagent.podspec import Pod, decode_checked_pod
+from nodeagent.staticpods.stores import Store
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist
@@ -59,24 +61,12 @@ SHUTDOWN_MESSAGE: Final = "Pod was rejected as the node is shutting down."
 ALL_SAFE_SYSCTLS: Final = Allowlist.build(name for name, _ in SAFE_SYSCTLS)
 
 
-class PodStore(Protocol):
+class PodStore(Store, Protocol):
     """What the pod source offers: a ``WatchCache`` of Pods with ``spec.nodeName=<node>``, or
     ``staticpods.PodSources`` merging it with the static pod file source. ``wait_synced``
     returns once there are pods to run (any source has listed: static pods run while the API
     server is unreachable); ``synced`` — which gates housekeeping — holds once every source
     has listed, so no pod is taken for an orphan before its source has spoken."""
-
-    @property
-    def synced(self) -> bool: ...
-
-    @property
-    def resource_version(self) -> str: ...
-
-    def items(self) -> list[dict[str, Any]]: ...
-
-    async def wait_synced(self) -> None: ...
-
-    async def wait_for(self, predicate: Callable[[Any], bool]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +415,7 @@ class SyncLoop:
         )
         self._event_sink.record_for(pod_reference(pod), "Warning", result.reason, result.message)
         status = rejected_status(
-            pod, reason=result.reason, message=result.message, now=rfc3339(self._clock)
+            pod, reason=result.reason, message=result.message, now=rfc3339(self._clock.now())
         )
         self._status.set_status(pod, status)
         return False
