@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from nodeagent.clock import Clock
+from nodeagent.errors import AgentError
 from nodeagent.events import EventSink
 from nodeagent.gc.files import FsStats, statvfs_stats
 from nodeagent.gc.imagepolicy import (
@@ -52,7 +53,7 @@ INVALID_DISK_CAPACITY: Final = "InvalidDiskCapacity"
 FsStatsReader = Callable[[str], Awaitable[FsStats]]
 
 
-class ImageGCError(Exception):
+class ImageGCError(AgentError):
     """A run of image GC that did not do its job; ``str()`` is the kubelet's text."""
 
 

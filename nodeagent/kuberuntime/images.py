@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from nodeagent.gotext import MILLISECOND, duration_seconds
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.backoff import Backoff, image_key
 from nodeagent.kuberuntime.container import ROOT, ImageUser
@@ -34,7 +35,6 @@ from nodeagent.kuberuntime.results import (
     INVALID_IMAGE_NAME,
     ContainerFailure,
     SyncResult,
-    go_duration,
 )
 from nodeagent.kuberuntime.service import ImageService
 from nodeagent.podspec import Container, Pod
@@ -136,7 +136,7 @@ class ImageManager:
             # Sync again shortly: the container then waits with ImagePullBackOff until the
             # back-off expires, as the kubelet's next sync reports it.
             raise ImageFailure(failure, retry_in=PULL_FAILURE_RESYNC) from e
-        took = go_duration(self._monotonic() - started)
+        took = duration_seconds(self._monotonic() - started, truncate_to=MILLISECOND)
         size = await self._size(image, ref)
         event(
             "Normal",

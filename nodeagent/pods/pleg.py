@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.gotext import duration_seconds
 from nodeagent.kuberuntime import CriError, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_NAME, POD_NAMESPACE, POD_UID
@@ -77,12 +78,6 @@ _CONTAINER: Final = {
     cri.CONTAINER_RUNNING: _State.RUNNING,
     cri.CONTAINER_EXITED: _State.EXITED,
 }
-
-
-def _go_duration(seconds: float) -> str:
-    minutes, secs = divmod(seconds, 60)
-    text = f"{secs:.9f}".rstrip("0").rstrip(".") + "s"
-    return f"{int(minutes)}m{text}" if minutes else text
 
 
 def events_for(uid: str, cid: str, old: _State, new: _State) -> list[PodLifecycleEvent]:
@@ -181,8 +176,8 @@ class GenericPleg:
         since = asyncio.get_running_loop().time() - self._last_relist
         if since > self._threshold:
             return (
-                f"PLEG is not healthy: pleg was last seen active {_go_duration(since)} ago; "
-                f"threshold is {_go_duration(self._threshold)}"
+                f"PLEG is not healthy: pleg was last seen active {duration_seconds(since)} ago; "
+                f"threshold is {duration_seconds(self._threshold)}"
             )
         return None
 

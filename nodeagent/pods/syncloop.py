@@ -37,14 +37,14 @@ import msgspec
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import runtime_errors
+from nodeagent.lifecycle.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
-from nodeagent.pods.sync import PodSync, rfc3339
+from nodeagent.pods.sync import PodSync
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist
@@ -368,7 +368,7 @@ class SyncLoop:
         )
         self._event_sink.record_for(pod_reference(pod), "Warning", result.reason, result.message)
         status = rejected_status(
-            pod, reason=result.reason, message=result.message, now=rfc3339(self._clock)
+            pod, reason=result.reason, message=result.message, now=rfc3339(self._clock.now())
         )
         self._status.set_status(pod, status)
         return False

@@ -1,4 +1,4 @@
-"""The node's own figures from ``/proc`` and ``statvfs`` (cgroup v2 and PSI detail: issue 13).
+"""The node's own figures from ``/proc`` and ``statvfs`` (per-cgroup figures and PSI: ``cgroup``).
 
 Parsing is pure (text in, numbers out); :func:`read_node_sample` is the I/O edge, to be run in
 ``asyncio.to_thread``.
@@ -77,6 +77,18 @@ def meminfo(text: str) -> dict[str, int]:
         if parts:
             out[name] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
     return out
+
+
+def memory_available(proc: str = "/proc") -> int | None:
+    """``memory.available`` as the summary computes it (MemFree + Inactive(file)), from one
+    read of ``/proc/meminfo`` (procfs never blocks; about 20 µs); None when it cannot be
+    read. What the eviction manager's memory signal reads between two summaries."""
+    try:
+        with open(f"{proc}/meminfo") as f:
+            mem = meminfo(f.read())
+    except OSError:
+        return None
+    return mem.get("MemFree", 0) + mem.get("Inactive(file)", 0)
 
 
 def vmstat(text: str) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""The kubelet-managed /etc/hosts, seen from inside containers (issue 16).
+"""The kubelet-managed /etc/hosts, seen from inside containers.
 
 The whole agent (``nodeagent run``) on the real control plane and containerd; every file is
 read from inside a container with CRI ExecSync, as ``kubectl exec`` runs a command:

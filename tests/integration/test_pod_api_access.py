@@ -1,4 +1,4 @@
-"""Pods reach the apiserver through the `kubernetes` Service, and see their volumes (issue 13).
+"""Pods reach the apiserver through the `kubernetes` Service, and see their volumes.
 
 The whole agent on the real control plane and containerd, everything read from inside a
 container (CRI ExecSync, as ``kubectl exec`` runs a command):

@@ -9,8 +9,13 @@ with the kubelet's atomic writer (:mod:`.writer`, in a worker thread), which wri
 nothing changed; with the pod's ``fsGroup`` the files are that group's and group-readable, as
 the kubelet's ownership change inside the writer (so the token file is 0640, not 0600).
 A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
-text after ``MountVolume.SetUp failed for volume "x" : ``. ``forget(pod_uid)`` drops what was
-cached for a pod that is gone.
+text after ``MountVolume.SetUp failed for volume "x" : `` (``configmap "y" not found``,
+``failed to fetch token: ...``). ``forget(pod_uid)`` drops what was cached for a pod that is
+gone.
+
+ConfigMaps and Secrets are read by GET through a per-object 60 s cache (the kubelet's ``Cache``
+strategy, not ``Watch``); service-account tokens by TokenRequest (``boundObjectRef`` the Pod),
+refreshed at 80 % of their lifetime or after 24 h. The writer swaps ``..data`` in one rename.
 """
 
 from __future__ import annotations

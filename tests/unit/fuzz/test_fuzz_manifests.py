@@ -1,4 +1,4 @@
-"""Bounded fuzzing of static pod manifests and pod specs (issue 17).
+"""Bounded fuzzing of static pod manifests and pod specs.
 
 Every generated manifest either becomes a pod or is a :class:`ManifestError` naming the file
 (and, when the problem is in a field, that field's path): never another exception, never more
@@ -23,8 +23,7 @@ from bounded import call_budget
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.podspec import Pod, PodSpecError
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, PodSpecError, decode_checked_pod
 from nodeagent.staticpods import FileSource, ManifestError
 from nodeagent.staticpods.source import decode_file
 from nodeagent.testing.fake_apiserver import LoopClock

@@ -23,8 +23,7 @@ from nodeagent.nodeshutdown.policy import (
     shutdown_groups,
     update_failed_message,
 )
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.testing.pods import pod_object
 
 
@@ -101,6 +100,10 @@ def test_update_failure_message_is_the_kubelets() -> None:
     assert update_failed_message(5, 35, 5) == (
         "node shutdown manager was timed out after 5 attempts waiting for logind "
         "InhibitDelayMaxSec to update to 35s (ShutdownGracePeriod), current value is 5s"
+    )
+    # Both values are time.Duration printed with %v (nodeshutdown_manager_linux.go).
+    assert update_failed_message(5, 90, 1.5).endswith(
+        "to update to 1m30s (ShutdownGracePeriod), current value is 1.5s"
     )
 
 
