@@ -151,23 +151,30 @@ EMPTYDIR = "/data"
 # Each joins the node (a provision), runs pods, drives apt and joins again afterwards: under TCG
 # on a loaded host that is more than the tier's 1200 s per test.
 POD_TEST_TIMEOUT_S = 2400
+POD_START_S = 600
 
 
 def _apply(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
 
 
-def _running_pod(control_plane: ControlPlane, name: str, word: str) -> dict[str, Any]:
-    """A pod that restarts forever (restartPolicy Always) with an emptyDir holding ``word``."""
-    manifest = pod_manifest(
-        name,
-        command=["sh", "-c", f"echo {word} > {EMPTYDIR}/word; exec sleep 3600"],
-        restart_policy="Always",
-        spec={"volumes": [{"name": "data", "emptyDir": {}}]},
-        container={"volumeMounts": [{"name": "data", "mountPath": EMPTYDIR}]},
-    )
-    _apply(control_plane, manifest)
-    return wait_pod(control_plane, name, _ready, what="Running and ready", timeout=180)
+def _running_pods(control_plane: ControlPlane, names: list[str], word: str) -> list[dict[str, Any]]:
+    """Pods that restart forever (restartPolicy Always), each with an emptyDir holding ``word``;
+    created together, returned once all run and are ready."""
+    for name in names:
+        manifest = pod_manifest(
+            name,
+            command=["sh", "-c", f"echo {word} > {EMPTYDIR}/word; exec sleep 3600"],
+            restart_policy="Always",
+            spec={"volumes": [{"name": "data", "emptyDir": {}}]},
+            container={"volumeMounts": [{"name": "data", "mountPath": EMPTYDIR}]},
+        )
+        _apply(control_plane, manifest)
+    # A TCG guest on a loaded host took more than 3 min to start a second sandbox.
+    return [
+        wait_pod(control_plane, name, _ready, what="Running and ready", timeout=POD_START_S)
+        for name in names
+    ]
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -233,7 +240,7 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
     node = _joined_with(vm, previous_deb, control_plane)
     word = secrets.token_hex(4)
     names = [f"keep-{word}-{i}" for i in range(2)]
-    before = {name: _work(_running_pod(control_plane, name, word)) for name in names}
+    before = {p["metadata"]["name"]: _work(p) for p in _running_pods(control_plane, names, word)}
     tasks = _running_tasks(vm)
     old_pid = main_pid(vm)
     cursor = journal_cursor(vm)
@@ -279,7 +286,7 @@ def test_remove_with_running_pods_stops_only_the_agent(
 ) -> None:
     _joined_with(vm, nodeagent_deb, control_plane)
     word = secrets.token_hex(4)
-    pod = _running_pod(control_plane, f"stay-{word}", word)
+    (pod,) = _running_pods(control_plane, [f"stay-{word}"], word)
     tasks = _running_tasks(vm)
     pid = main_pid(vm)
 
@@ -299,7 +306,7 @@ def test_purge_with_running_pods_deletes_the_agents_state_and_names_what_is_left
 ) -> None:
     _joined_with(vm, nodeagent_deb, control_plane)
     word = secrets.token_hex(4)
-    _running_pod(control_plane, f"left-{word}", word)
+    _running_pods(control_plane, [f"left-{word}"], word)
     tasks = _running_tasks(vm)
     had_table = vm.run("nft list table ip nodeagent").rc == 0
 
