@@ -215,9 +215,10 @@ class KubeletConfiguration(Section, frozen=True):
             "node without pulling it with its own credentials. `NeverVerify`: always. "
             "`NeverVerifyPreloadedImages`: images the agent did not pull serve every pod; one "
             "it pulled with a pull secret serves only pods with that secret (or its "
-            "credential), the others pull it again. `NeverVerifyAllowlistedImages`: like the "
-            "latter, but only the images of `preloadedImagesVerificationAllowlist` are exempt. "
-            "`AlwaysVerify`: every image is checked. Records: `<rootDir>/image_manager/`."
+            "credential), the others pull it again. `NeverVerifyAllowlistedImages`: only the "
+            "images of `preloadedImagesVerificationAllowlist` serve every pod; every other "
+            "image is checked, preloaded or not. `AlwaysVerify`: every image is checked. "
+            "Records: `<rootDir>/image_manager/`, pruned after image garbage collection."
         ),
     ] = "NeverVerifyPreloadedImages"
     preloaded_images_verification_allowlist: Annotated[

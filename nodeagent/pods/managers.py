@@ -282,6 +282,7 @@ def pod_managers(
     cm = container_manager(
         config, settings=settings, driver=connection.cgroup_driver, events=node_events
     )
+    pulls = image_options(config, api=api, clock=clock, root_dir=settings.root_dir)
     pipeline = wire_pods(
         node_name=node_name,
         clock=clock,
@@ -311,7 +312,7 @@ def pod_managers(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,
         ),
-        image_options=image_options(config, api=api, clock=clock, root_dir=settings.root_dir),
+        image_options=pulls,
     )
     sources = pipeline.sources
     workers = pipeline.workers
@@ -326,6 +327,8 @@ def pod_managers(
         pod_logs_dir=settings.pod_logs_dir,
         container_logs_dir=settings.container_logs_dir,
         events=node_events,
+        # The pull records of images garbage collection removed go with them.
+        post_image_gc=[pulls.pull_manager.prune_unknown_records] if pulls.pull_manager else [],
     )
     return PodManagers(
         connection=connection,
