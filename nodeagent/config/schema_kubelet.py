@@ -203,6 +203,17 @@ class KubeletConfiguration(Section, frozen=True):
     max_parallel_image_pulls: Annotated[
         int | None, doc("Max parallel pulls; null = 1 if serialized, else unlimited.")
     ] = None
+    registry_pull_qps: Annotated[
+        int,
+        doc(
+            "Image pulls started per second (`--registry-qps`); 0: no limit. A pull over it "
+            "fails at once with `pull QPS exceeded` (ErrImagePull, then the pull back-off)."
+        ),
+    ] = field(name="registryPullQPS", default=5)
+    registry_burst: Annotated[
+        int,
+        doc("Pulls that may start at once above `registryPullQPS` (`--registry-burst`)."),
+    ] = 10
     image_pull_credentials_verification_policy: Annotated[
         Literal[
             "NeverVerify",

@@ -150,7 +150,8 @@ class ApiServiceAccounts:
 
 
 def image_options(config: Config, *, api: Api | None, clock: Clock, root_dir: str) -> ImageOptions:
-    """How the daemon pulls images: ``serializeImagePulls``/``maxParallelImagePulls``, the
+    """How the daemon pulls images: ``serializeImagePulls``/``maxParallelImagePulls``,
+    ``registryPullQPS``/``registryBurst``, the
     node's credential file (``config.json`` under the root dir, ...), the credential provider
     plugins of ``node.imageCredentialProviderConfigPath`` (raises
     ``ProviderConfigError``), and the pull records under ``<rootDir>/image_manager`` with
@@ -182,6 +183,8 @@ def image_options(config: Config, *, api: Api | None, clock: Clock, root_dir: st
         )
     return ImageOptions(
         parallel=parallel_limit(k.serialize_image_pulls, k.max_parallel_image_pulls),
+        qps=k.registry_pull_qps,
+        burst=k.registry_burst,
         credentials=ImageCredentials(
             plugins=PluginProviders(plugins),
             node=NodeKeyring(root_dir=root_dir, monotonic=clock.monotonic),
