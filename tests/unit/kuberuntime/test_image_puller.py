@@ -4,11 +4,14 @@ start, the kubelet's ``throttleImagePulling``) and the pull slots, over the fake
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.puller import QPS_EXCEEDED, ImagePuller, PullFailed
+from nodeagent.log.facade import record_fields
+from nodeagent.log.facade import settings as log_settings
 from nodeagent.testing.fake_images import FakeImageService
 
 
@@ -79,3 +82,58 @@ async def test_serialized_pulls_wait_for_their_slot_then_for_a_token(
     gate.set()
     assert list(await asyncio.gather(first, second)) == ["pulled", "pulled"]
     assert images.pulls == ["registry.example.com/a:1", "registry.example.com/b:1"]
+
+
+class Seen(logging.Handler):
+    """Sets ``event`` when ``message`` is logged."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+        self.event = asyncio.Event()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self.message:
+            self.records.append(record)
+            self.event.set()
+
+
+async def test_a_long_pull_is_logged_at_v2_while_it_runs(images: FakeImageService) -> None:
+    gate = asyncio.Event()
+    original = images.pull_image
+
+    async def slow(image: object, **kw: object) -> str:
+        await gate.wait()
+        return await original(image, **kw)  # type: ignore[arg-type]
+
+    images.pull_image = slow  # type: ignore[method-assign]
+    clock = Clock()
+    puller = ImagePuller(images=images, monotonic=clock, progress_every=0.01)
+    seen = Seen("Image pull in progress")
+    logger = logging.getLogger("nodeagent.kuberuntime")
+    logger.addHandler(seen)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    log_settings.verbosity = 2
+    try:
+        spec = cri.ImageSpec(image="registry.example.com/a:1")
+        pulling = asyncio.create_task(puller.pull(spec, [], None, pod="default/web"))
+        await asyncio.sleep(0)  # the pull starts at 0 s
+        clock.now = 25.0
+        async with asyncio.timeout(5):  # a watchdog against a hang, not a timing assertion
+            await seen.event.wait()
+        gate.set()
+        await pulling
+        count = len(seen.records)
+        await asyncio.sleep(0.05)
+        assert len(seen.records) == count  # the progress log stops with the pull
+    finally:
+        log_settings.verbosity = 0
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+    assert record_fields(seen.records[0]) == {
+        "image": "registry.example.com/a:1",
+        "pod": "default/web",
+        "elapsed": "25s",
+    }
