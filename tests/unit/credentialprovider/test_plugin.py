@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.clock import RealClock
 from nodeagent.credentialprovider import DockerConfigEntry
 from nodeagent.credentialprovider.plugin import PluginProvider, PluginProviders, ProviderConfig
 from nodeagent.credentialprovider.plugin.exec import (
@@ -137,3 +138,9 @@ def test_a_cache_duration_go_would_not_read_is_refused(duration: object) -> None
     with pytest.raises(PluginError, match="error decoding") as e:
         decode_response(data, V1)
     assert "hunter2" not in str(e.value)
+
+
+def test_a_provider_is_built_before_the_event_loop_runs(tmp_path: Path) -> None:
+    """The daemon builds its managers before ``asyncio.run``: a provider on the loop's clock
+    must not read it then (it crashed the daemon whenever a plugin was configured)."""
+    PluginProvider(provider(tmp_path, ""), monotonic=RealClock().monotonic)
