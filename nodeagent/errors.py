@@ -26,6 +26,8 @@ derives from :class:`AgentError`, so a caller can tell them from a bug's excepti
     ├── ImageGCError             an image GC pass that failed or freed too little (gc.images)
     ├── ConntrackError           the conntrack tool failed (proxy.conntrack)
     ├── PluginError              a credential plugin's run failed (credentialprovider.plugin)
+    ├── JoinError                `nodeagent join` refused or failed (join.token)
+    │   └── SignatureMissing     cluster-info not yet signed for the token: retried (join.verify)
     ├── CertificateError         a client CSR denied, failed or not fitting our key (certificate)
     ├── IsolatedError            the certificate helper process failed (certificate.isolated)
     ├── ServingCertError         a serving CSR denied, failed or not fitting (server.servingcert)

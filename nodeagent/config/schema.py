@@ -27,7 +27,9 @@ class NodeConfiguration(Section, frozen=True):
         str,
         doc(
             "Kubeconfig with a bootstrap token, used to obtain a client certificate when "
-            "`kubeconfig` does not exist yet; empty disables TLS bootstrap."
+            "`kubeconfig` does not exist yet; empty disables TLS bootstrap. `nodeagent join` "
+            "writes it here (or as `bootstrap-kubeconfig` beside `kubeconfig` when empty) and "
+            "passes it as `--bootstrap-kubeconfig` in `<rootDir>/join-flags.env`."
         ),
     ] = ""
     hostname_override: Annotated[

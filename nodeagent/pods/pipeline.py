@@ -7,7 +7,7 @@ runs (:func:`nodeagent.pods.managers.pod_managers` gives it the daemon's collabo
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -100,6 +100,7 @@ def wire_pods(
     deleter: PodDeleter | None = None,
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    network_errors: Callable[[], Sequence[str]] = tuple,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
     image_options: ImageOptions | None = None,
     config_maps: ObjectManager | None = None,
@@ -206,6 +207,7 @@ def wire_pods(
             ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
         ),
         objects=(config_maps, secrets),
+        network_errors=network_errors,
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
