@@ -57,6 +57,7 @@ def private(containerd: RuntimeEnv, images: dict[str, BuiltImage]) -> Iterator[R
         write_hosts_toml(containerd.containerd.base_dir / "certs.d", reg.host)
         yield reg
     finally:
+        containerd.containerd.remove_images_from(reg.host)
         reg.stop()
 
 
