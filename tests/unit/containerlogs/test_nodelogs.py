@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +18,7 @@ from nodeagent.containerlogs.nodelogs import (
     NODE_LOGS,
     NodeLogSettings,
     journal_argv,
-    resolve,
+    open_entry,
     routes,
 )
 
@@ -30,6 +34,7 @@ def logdir(tmp_path: Path) -> Path:
     (tmp_path / "secret").write_text("not for you\n")
     (d / "escape").symlink_to(tmp_path / "secret")
     (d / "inside").symlink_to(d / "syslog")
+    (d / "up").symlink_to("apt")
     return d
 
 
@@ -56,13 +61,16 @@ async def test_listing_and_files(client: Client) -> None:
     assert (r.status, await r.text()) == (200, "hello syslog\n")
     r = await client.get("/logs/apt/history.log")
     assert await r.text() == "apt things\n"
-    r = await client.get("/logs/inside")
-    assert await r.text() == "hello syslog\n"
+    r = await client.get("/logs/syslog", headers={"Range": "bytes=6-"})
+    assert (r.status, await r.text()) == (206, "syslog\n")
     r = await client.get("/logs/apt", allow_redirects=False)
     assert (r.status, r.headers["Location"]) == (301, "/logs/apt/")
 
 
-@pytest.mark.parametrize("path", ["/logs/escape", "/logs/../secret", "/logs/apt/../../secret"])
+@pytest.mark.parametrize(
+    "path",
+    ["/logs/escape", "/logs/../secret", "/logs/apt/../../secret", "/logs/inside", "/logs/up/x"],
+)
 async def test_no_way_out_of_the_directory(client: Client, path: str) -> None:
     r = await client.get(path)
     assert r.status == 404
@@ -110,9 +118,57 @@ def test_journal_arguments() -> None:
         journal_argv({"tailLines": "-3"}, [], "journalctl")
 
 
-def test_resolve_refuses_dot_dot_and_outside_symlinks(logdir: Path) -> None:
-    assert resolve(str(logdir), "apt/history.log") == str(logdir / "apt" / "history.log")
-    assert resolve(str(logdir), "") == str(logdir)
-    assert resolve(str(logdir), "apt/../../secret") is None
-    assert resolve(str(logdir), "escape") is None
-    assert resolve(str(logdir), "inside") == str(logdir / "syslog")
+def test_open_entry_refuses_dot_dot_and_every_symlink(logdir: Path) -> None:
+    """``..`` and any symlink, even one that stays inside (``inside``, ``up``), are refused."""
+    entry = open_entry(str(logdir), "apt/history.log")
+    assert entry is not None and not entry.is_dir
+    assert os.read(entry.fd, 100) == b"apt things\n"
+    os.close(entry.fd)
+    entry = open_entry(str(logdir), "")
+    assert entry is not None and entry.is_dir
+    os.close(entry.fd)
+    for path in ("apt/../../secret", "escape", "inside", "up/x", "missing", "syslog/x"):
+        assert open_entry(str(logdir), path) is None, path
+    os.mkfifo(logdir / "fifo")
+    assert open_entry(str(logdir), "fifo") is None  # not opened for ever, not served
+
+
+def swap_forever(entry: Path, target: Path, stop: threading.Event) -> int:
+    """Swap ``entry`` between a regular file and a symlink to ``target`` (each by an atomic
+    rename over it, as a writer under /var/log can) until ``stop``; the number of swaps."""
+    staged = entry.with_name(entry.name + ".staged")
+    swaps = 0
+    while not stop.is_set():
+        staged.unlink(missing_ok=True)
+        if swaps % 2:
+            staged.write_text("an ordinary log line\n")
+        else:
+            staged.symlink_to(target)
+        os.rename(staged, entry)
+        swaps += 1
+    return swaps
+
+
+async def test_a_file_swapped_for_a_symlink_never_serves_the_target(
+    logdir: Path, tmp_path: Path
+) -> None:
+    """A writer under the log directory swaps a file and a symlink to a secret outside it in
+    a loop while a client asks for the file: it gets the file or a 404, never the secret."""
+    secret = tmp_path / "secret"
+    entry = logdir / "racy.log"
+    entry.write_text("an ordinary log line\n")
+    stop = threading.Event()
+    swapper = asyncio.create_task(asyncio.to_thread(swap_forever, entry, secret, stop))
+    answers: collections.Counter[str] = collections.Counter()
+    try:
+        async with await client_for(NodeLogSettings(directory=str(logdir))) as c:
+            for _ in range(600):
+                r = await c.get("/logs/racy.log")
+                body = await r.text()
+                answers["secret" if "not for you" in body else str(r.status)] += 1
+    finally:
+        stop.set()
+        swaps = await swapper
+    assert swaps > 100, swaps
+    assert answers["200"] > 0 and answers["404"] > 0, answers  # the race was on
+    assert answers["secret"] == 0, answers
