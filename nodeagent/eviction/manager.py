@@ -299,7 +299,7 @@ class EvictionManager:
                 )
             message = policy.eviction_message(resource, pod, usage, actionable, observations)
             now_text = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-            condition = policy.disruption_condition(message, now_text)
+            condition = policy.disruption_condition(message, now_text, pod.metadata.generation)
             if await self._evict(pod, grace, message, condition):
                 return [pod]
         self._log.info("Eviction manager: unable to evict any pods from the node")
