@@ -63,7 +63,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if user is None:
         return _text(401, "Unauthorized")
     attrs = request_attributes(
-        request.method, request.path, auth.node_name, fine_grained=auth.fine_grained
+        request.method,
+        request.path,
+        auth.node_name,
+        fine_grained=auth.fine_grained,
+        streaming_create=auth.streaming_create,
     )
     for attr in attrs:
         try:
