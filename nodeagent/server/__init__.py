@@ -7,7 +7,8 @@ bearer token through TokenReview, anonymous only if enabled) and authorized
 attributes, pure), :mod:`.auth` (authenticators, authorizers, caches), :mod:`.tls` (serving
 pair, TLS context), :mod:`.endpoints` (``/healthz``, ``/pods``, ``/configz``, ``/metrics``),
 :mod:`.streaming` (exec/attach/portForward proxy), :mod:`.app` (application factories),
-:mod:`.manager` (the manager the agent runs).
+:mod:`.listener` (the socket: idle and head limits, a cap on connections), :mod:`.manager`
+(the manager the agent runs).
 
 Adding routes from another package
 ----------------------------------

@@ -1,15 +1,20 @@
 """The kubelet API against hostile or weak clients, through the real kube-apiserver's
 TokenReview and SubjectAccessReview: a token holding only ``get nodes/proxy`` cannot run a
 command over a WebSocket exec unless ``node.streamingAuthorization: HTTPMethod`` asks for
-the kubelet's mapping.
+the kubelet's mapping; connections that say nothing are closed while long streams run on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import secrets
+import select
+import socket
 import ssl
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +25,7 @@ from agentproc import AgentNode, agent_node, wait_ready
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from podnode import until
-from test_kubelet_api import POD, configure, free_port, https_get, pod_body
+from test_kubelet_api import POD, configure, free_port, https_get, kubectl_argv, pod_body
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +146,71 @@ async def test_websocket_exec_with_only_get_on_nodes_proxy(
         status, channels = await websocket_exec(port, path, token)
         assert status == 101
         assert channels.get(1) == b"from-the-pod\n"
+
+
+def follow_logs(control_plane: ControlPlane, namespace: str, seconds: float) -> list[float]:
+    """``kubectl logs -f`` of the talker container through the apiserver for ``seconds``:
+    when each line came (seconds since the start); the command must still be running."""
+    argv = kubectl_argv(control_plane, "logs", "-f", "-n", namespace, POD, "-c", "talker")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    start = time.monotonic()
+    times: list[float] = []
+    try:
+        while time.monotonic() - start < seconds:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                if not proc.stdout.readline():
+                    break
+                times.append(time.monotonic() - start)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    return times
+
+
+def idle_tls(port: int) -> tuple[ssl.SSLSocket, float]:
+    """A TLS connection to the node that then sends nothing; (socket, when it was opened)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn = insecure_context().wrap_socket(raw)
+    return conn, time.monotonic()
+
+
+def closed_within(conn: ssl.SSLSocket, seconds: float) -> bool:
+    """The node closed ``conn`` within ``seconds`` (read returns EOF)."""
+    conn.settimeout(seconds)
+    try:
+        return conn.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    finally:
+        conn.close()
+
+
+async def test_idle_connections_are_closed_and_long_streams_are_not(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    """Idle TLS connections are closed after the kubelet's IdleTimeout (90 s) while a
+    ``kubectl logs -f`` through the apiserver runs on for longer, untouched."""
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        await running_pod(control_plane, node)
+
+        idle = [idle_tls(port) for _ in range(5)]
+        logs = asyncio.create_task(asyncio.to_thread(follow_logs, control_plane, ns, 100.0))
+        closed = await asyncio.gather(
+            *(asyncio.to_thread(closed_within, conn, 90 + 20 - (time.monotonic() - t0))
+              for conn, t0 in idle)
+        )  # fmt: skip
+        assert closed == [True] * 5
+        times = await logs
+        assert times and times[-1] > 95, times[-5:]  # lines to the end: never cut
+        gaps = [b - a for a, b in itertools.pairwise([0.0, *times])]
+        assert max(gaps) < 10, max(gaps)
