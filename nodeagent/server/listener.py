@@ -1,6 +1,12 @@
 """The kubelet API's listening socket, with the bounds of the Go HTTP server the kubelet runs
-(``pkg/kubelet/server``: ``IdleTimeout`` 90 s) and a few of its own.
+(``pkg/kubelet/server``: ``IdleTimeout`` 90 s, ``MaxHeaderBytes`` 1 MiB) and a few of its own.
 
+- **Request heads up to Go's size**: a request line plus headers of up to ``MaxHeaderBytes``
+  + 4096 bytes (Go's read limit for a head) is accepted on every route, so ``kubectl exec``
+  with a long command line works (its arguments travel in the URL); beyond that the answer is
+  Go's ``431 Request Header Fields Too Large`` and the connection is closed. aiohttp's own
+  per-line limits (8 KiB) are raised to that size and the total is counted here
+  (:class:`BoundedRequestHandler`).
 - **Idle connections are closed**: a connection gets ``IdleTimeout`` to send the head of its
   first request and between requests (Go waits ``ReadTimeout``, 4 h, for a first request: a
   client that completes TLS and sends nothing would hold its descriptor that long); a TLS
@@ -31,9 +37,20 @@ from nodeagent.log import Logger, get_logger
 
 IDLE_TIMEOUT: Final = 90.0
 """The kubelet's ``IdleTimeout`` ("matches http.DefaultTransport keep-alive timeout")."""
+MAX_HEADER_BYTES: Final = 1 << 20
+"""The kubelet's ``MaxHeaderBytes``."""
+HEAD_SLOP: Final = 4096
+"""Go reads a head up to ``MaxHeaderBytes`` + 4096 before answering 431."""
+MAX_HEADERS: Final = 1024
+"""Header lines per request (Go counts only bytes; 1024 lines is far past any client)."""
 HANDSHAKE_TIMEOUT: Final = 10.0
 """Seconds a client gets to finish TLS: Go's HTTP clients (the apiserver's, kubectl's) give up
 a handshake after 10 s (``TLSHandshakeTimeout``), so a longer one serves nobody."""
+TOO_LARGE: Final = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+    b"431 Request Header Fields Too Large"
+)
 
 
 def default_max_connections() -> int:
@@ -48,6 +65,8 @@ def default_max_connections() -> int:
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     idle_timeout: float = IDLE_TIMEOUT
+    max_head_bytes: int = MAX_HEADER_BYTES + HEAD_SLOP
+    max_headers: int = MAX_HEADERS
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     max_connections: int = 0
     """0: :func:`default_max_connections`."""
@@ -57,8 +76,12 @@ class Limits:
 
 
 class BoundedRequestHandler(web.RequestHandler):
-    """aiohttp's request handler with the idle timeout of ``limits``; ``on_lost`` is called
-    once when the connection ends."""
+    """aiohttp's request handler with Go's bound on a request head as a whole (request line
+    and headers), counted from the first byte of a head until the parser has it; ``on_lost``
+    is called once when the connection ends. The bytes of a request body are not counted.
+    It reads the handler's parsing state (``_payload_parser``, ``_upgraded``,
+    ``_request_count``, ``_messages``: aiohttp 3.14); ``tests/unit/server/test_listener.py``
+    fails if an aiohttp upgrade moves them."""
 
     def __init__(
         self,
@@ -69,8 +92,43 @@ class BoundedRequestHandler(web.RequestHandler):
         on_lost: Callable[[], None],
         **kwargs: Any,
     ) -> None:
-        super().__init__(manager, loop=loop, keepalive_timeout=limits.idle_timeout, **kwargs)
+        super().__init__(
+            manager,
+            loop=loop,
+            keepalive_timeout=limits.idle_timeout,
+            max_line_size=limits.max_head_bytes,
+            max_field_size=limits.max_head_bytes,
+            max_headers=limits.max_headers,
+            **kwargs,
+        )
+        self._head_limit = limits.max_head_bytes
+        self._head_bytes = 0
+        self._last_payload: Any = None
         self._on_lost: Callable[[], None] | None = on_lost
+
+    def _reading_head(self) -> bool:
+        if self._payload_parser is not None or self._upgraded:
+            return False  # a WebSocket's frames or an upgraded stream: not HTTP
+        body = self._last_payload
+        return body is None or body.is_eof()
+
+    def data_received(self, data: bytes) -> None:
+        if self._reading_head():
+            self._head_bytes += len(data)
+            if self._head_bytes > self._head_limit:
+                self._refuse_head()
+                return
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self._head_bytes = 0
+            self._last_payload = self._messages[-1][1] if self._messages else None
+
+    def _refuse_head(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(TOO_LARGE)
+        self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)

@@ -1,12 +1,15 @@
 """The kubelet API against hostile or weak clients, through the real kube-apiserver's
 TokenReview and SubjectAccessReview: a token holding only ``get nodes/proxy`` cannot run a
 command over a WebSocket exec unless ``node.streamingAuthorization: HTTPMethod`` asks for
-the kubelet's mapping; connections that say nothing are closed while long streams run on.
+the kubelet's mapping; connections that say nothing are closed while long streams run on;
+a command line as long as the kubelet accepts goes through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import itertools
 import json
 import secrets
@@ -214,3 +217,39 @@ async def test_idle_connections_are_closed_and_long_streams_are_not(
         assert times and times[-1] > 95, times[-5:]  # lines to the end: never cut
         gaps = [b - a for a, b in itertools.pairwise([0.0, *times])]
         assert max(gaps) < 10, max(gaps)
+
+
+async def test_exec_with_a_64_kib_argument_through_the_apiserver(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    """``kubectl exec`` carries the command in the URL: a 64 KiB argument makes a request line
+    the kubelet (Go, 1 MiB of head) takes, and so must the node; a head past that is Go's 431."""
+    port, healthz = free_port(), free_port()
+    async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+        configure(node, control_plane, port, healthz)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        ns = node.namespace
+        await running_pod(control_plane, node)
+
+        argument = secrets.token_hex(32 * 1024)  # 64 KiB
+        done = control_plane.kubectl(
+            "exec", "-n", ns, POD, "-c", "web", "--",
+            "sh", "-c", 'printf %s "$1" | wc -c; printf %s "$1" | md5sum', "sh", argument,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-500:]
+        count, digest = done.stdout.split("\n")[:2]
+        assert count.strip() == str(len(argument))
+        assert digest.split()[0] == hashlib.md5(argument.encode()).hexdigest()
+
+        # Straight to the node: a head of more than 1 MiB + 4 KiB is refused as Go refuses it.
+        conn = insecure_context().wrap_socket(socket.create_connection(("127.0.0.1", port)))
+        conn.settimeout(30)
+        conn.sendall(b"GET /pods?x=" + b"a" * ((1 << 20) + 8192) + b" HTTP/1.1\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):  # the node hangs up after its answer
+            while chunk := conn.recv(65536):
+                answer += chunk
+        conn.close()
+        assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer

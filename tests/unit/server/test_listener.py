@@ -1,5 +1,5 @@
-"""The kubelet API's listener on real sockets: idle and silent connections closed, a long
-response never cut, a cap on open connections.
+"""The kubelet API's listener on real sockets: Go's head size accepted and refused as Go does,
+idle and silent connections closed, a long response never cut, a cap on open connections.
 Timeouts are made short (a fraction of a second); the waits are watchdogs, not measurements.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from nodeagent.server import tls
-from nodeagent.server.listener import Limits, Listener
+from nodeagent.server.listener import MAX_HEADER_BYTES, TOO_LARGE, Limits, Listener
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 IDLE = 0.5
@@ -101,6 +101,41 @@ async def served(
 def get(target: str, *headers: str) -> bytes:
     lines = [f"GET {target} HTTP/1.1", "Host: node", *headers, "Connection: close", "", ""]
     return "\r\n".join(lines).encode()
+
+
+async def test_a_request_line_as_long_as_go_allows_is_served(served: Served) -> None:
+    target = "/echo?command=" + "a" * (900 * 1024)  # a 900 KiB command line: Go takes it
+    answer = await served.ask(get(target))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+    assert answer.endswith(f"{len(target)} 0".encode())
+
+
+async def test_many_headers_within_the_total_are_served(served: Served) -> None:
+    headers = [f"X-Filler-{i}: {'v' * 900}" for i in range(500)]  # ~450 KiB in 500 lines
+    answer = await served.ask(get("/echo", *headers))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+
+
+@pytest.mark.parametrize("where", ["request line", "one header", "many headers"])
+async def test_a_head_past_go_s_limit_is_431_and_closed(served: Served, where: str) -> None:
+    big = MAX_HEADER_BYTES + 8192
+    if where == "request line":
+        head = get("/echo?x=" + "a" * big)
+    elif where == "one header":
+        head = get("/echo", "X-Big: " + "b" * big)
+    else:
+        head = get("/echo", *(f"X-H{i}: {'c' * 2000}" for i in range(big // 2000)))
+    assert await served.ask(head) == TOO_LARGE
+
+
+async def test_a_body_is_not_counted_as_head(served: Served) -> None:
+    body = b"x" * (3 * MAX_HEADER_BYTES)
+    head = (
+        "POST /echo HTTP/1.1\r\nHost: node\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    answer = await served.ask(head + body)
+    assert answer.endswith(f"5 {len(body)}".encode()), answer[-100:]
 
 
 async def test_a_silent_connection_is_closed_after_the_idle_timeout(served: Served) -> None:
