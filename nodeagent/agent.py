@@ -31,38 +31,32 @@ from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.eviction import EvictionManager, contention, parse_thresholds
 from nodeagent.eviction.contention_monitor import ContentionMonitor
-from nodeagent.eviction.thresholds import (
-    CONTAINERFS_AVAILABLE,
-    CONTAINERFS_INODES_FREE,
-    IMAGEFS_AVAILABLE,
-    IMAGEFS_INODES_FREE,
-    NODEFS_AVAILABLE,
-    NODEFS_INODES_FREE,
-)
+from nodeagent.eviction.thresholds import DISK_SIGNALS
 from nodeagent.gc import ImageGC
+from nodeagent.lifecycle.admission import AdmitResult
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
 from nodeagent.nodeshutdown.manager import NodeShutdownManager
 from nodeagent.nodeshutdown.policy import shutdown_groups
+from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
-from nodeagent.pods.admission import AdmitResult
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
-from nodeagent.quantity import value as quantity_value
 from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats.housekeeping import CgroupStats
-from nodeagent.stats.node import meminfo
-from nodeagent.stats.summary import StatsProvider, host_stats_provider, psi_json
+from nodeagent.stats.node import memory_available as node_memory_available
+from nodeagent.stats.pressure import psi_summary
+from nodeagent.stats.summary import StatsProvider, host_stats_provider
 from nodeagent.status import GracePeriodZeroDeleter
 from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
 
@@ -309,17 +303,6 @@ def node_stats(
     return stats, sampler
 
 
-def _memory_available() -> int | None:
-    """``memory.available`` as the summary computes it (MemFree + Inactive(file)), from one
-    read of ``/proc/meminfo`` (procfs never blocks; about 20 µs)."""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = meminfo(f.read())
-    except OSError:
-        return None
-    return mem.get("MemFree", 0) + mem.get("Inactive(file)", 0)
-
-
 def eviction_manager(
     config: Config,
     *,
@@ -348,28 +331,10 @@ def eviction_manager(
             await pods.gc.images.delete_unused_images()
 
     disk = [delete_unused_containers, delete_unused_images]
-    reclaim = dict.fromkeys(
-        (
-            NODEFS_AVAILABLE,
-            NODEFS_INODES_FREE,
-            IMAGEFS_AVAILABLE,
-            IMAGEFS_INODES_FREE,
-            CONTAINERFS_AVAILABLE,
-            CONTAINERFS_INODES_FREE,
-        ),
-        disk,
-    )
-
-    def allocatable_memory() -> int | None:
-        node = get_node() or {}
-        raw = ((node.get("status") or {}).get("allocatable") or {}).get("memory")
-        try:
-            return quantity_value(raw) if raw is not None else None
-        except (ValueError, ArithmeticError):
-            return None
+    reclaim = dict.fromkeys(DISK_SIGNALS, disk)
 
     async def memory_available() -> int | None:
-        return _memory_available()
+        return node_memory_available()
 
     manager = EvictionManager(
         thresholds=thresholds,
@@ -382,7 +347,7 @@ def eviction_manager(
         clock=clock,
         pod_cleaned_up=pods.cleaned_up,
         reclaim=reclaim,
-        allocatable_memory=allocatable_memory,
+        allocatable_memory=lambda: node_allocatable_memory(get_node()),
         memory_available=memory_available,
         node_events=events,
         pod_events=events,
@@ -415,20 +380,7 @@ def contention_monitor(
     interval = k.housekeeping_interval.seconds
 
     async def psi() -> dict[str, Any]:
-        tree = await sampler.current(max_age=2 * interval)
-        if tree is None:  # cgroup v1: no PSI
-            return {}
-        node: dict[str, Any] = {
-            r: {"psi": psi_json(p)} for r, p in tree.node_psi.items() if r in ("memory", "io")
-        }
-        if tree.kubepods is not None:
-            pods = {
-                r: {"psi": psi_json(p)}
-                for r, p in tree.kubepods.psi.items()
-                if r in ("memory", "io")
-            }
-            node["systemContainers"] = [{"name": "pods", **pods}]
-        return {"node": node}
+        return psi_summary(await sampler.current(max_age=2 * interval))
 
     return ContentionMonitor(
         thresholds={

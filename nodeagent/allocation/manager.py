@@ -28,8 +28,8 @@ from typing import Any, Final
 
 from nodeagent.allocation import policy
 from nodeagent.allocation.policy import Allocation, Resources
-from nodeagent.cm.policy import SwapInputs
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
+from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
 

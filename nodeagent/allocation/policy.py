@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import msgspec
 
-from nodeagent.cm.policy import SwapInputs, container_swap
-from nodeagent.pods.admission import admit_pod, pod_requests
+from nodeagent.kuberuntime.resources import SwapInputs, container_swap
+from nodeagent.lifecycle.admission import admit_pod, pod_requests
 from nodeagent.podspec import Container, Pod, ResourceRequirements
 from nodeagent.quantity import milli_value, value
 

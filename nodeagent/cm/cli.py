@@ -20,11 +20,11 @@ from typing import Any, TextIO
 
 from nodeagent import config
 from nodeagent.cm.manager import SWAP_STATE_FILE
-from nodeagent.cm.policy import SWAP_MAX_FILE
 from nodeagent.errors import ConfigError
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.remote import CriClient
+from nodeagent.kuberuntime.resources import SWAP_MAX_FILE
 
 EXIT_OK = 0
 EXIT_NO_STATE = 1

@@ -35,8 +35,6 @@ from nodeagent.cm.policy import (
     QosShare,
     ReservedCgroup,
     ResourceConfig,
-    SwapInputs,
-    container_swap,
     go_quote_name,
     pod_resource_config,
     qos_configs_from,
@@ -50,6 +48,7 @@ from nodeagent.config import Config, features
 from nodeagent.config.units import parse_reserve_percentage
 from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
+from nodeagent.kuberuntime.resources import SwapInputs, container_swap
 from nodeagent.kuberuntime.sandbox import (
     KUBEPODS,
     POD_CGROUP_PREFIX,
@@ -57,8 +56,8 @@ from nodeagent.kuberuntime.sandbox import (
     root_cgroup_name,
 )
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.qos import pod_qos_class
 from nodeagent.systemd.dbus import SystemdBus, UnitBus
 
 SETUP_RETRY: Final = 10.0

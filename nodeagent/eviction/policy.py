@@ -25,9 +25,9 @@ from nodeagent.eviction.thresholds import (
     PID_AVAILABLE,
     Threshold,
 )
-from nodeagent.pods.admission import pod_requests
-from nodeagent.pods.qos import QOSClass, pod_qos_class
+from nodeagent.lifecycle.admission import pod_requests
 from nodeagent.podspec import Pod
+from nodeagent.qos import QOSClass, pod_qos_class
 from nodeagent.quantity import value as quantity_value
 
 Json = Mapping[str, Any]

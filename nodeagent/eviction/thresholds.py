@@ -37,6 +37,10 @@ CONDITION: Final[Mapping[str, str]] = {
     PID_AVAILABLE: "PIDPressure",
 }
 
+#: The disk signals, for which node-level reclaim (dead containers, then unused images) runs
+#: before a pod is evicted (``buildSignalToNodeReclaimFuncs``).
+DISK_SIGNALS: Final = tuple(s for s, c in CONDITION.items() if c == "DiskPressure")
+
 #: The resource each signal reclaims (``signalToResource``), named as in the eviction message.
 RESOURCE: Final[Mapping[str, str]] = {
     MEMORY_AVAILABLE: "memory",

@@ -22,12 +22,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from cri_protos.runtime.v1 import api_pb2 as api
-from nodeagent.cm.policy import (
-    OOM_GROUP_FILE,
-    container_swap,
-    milli_cpu_to_quota,
-    milli_cpu_to_shares,
-)
 from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.env import (
@@ -37,8 +31,13 @@ from nodeagent.kuberuntime.env import (
     make_environment,
 )
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+from nodeagent.kuberuntime.resources import (
+    OOM_GROUP_FILE,
+    container_swap,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
 from nodeagent.kuberuntime.sandbox import namespace_options
-from nodeagent.pods.qos import container_oom_score_adj
 from nodeagent.podspec import (
     Container,
     Pod,
@@ -47,6 +46,7 @@ from nodeagent.podspec import (
     format_pod,
     show_value,
 )
+from nodeagent.qos import container_oom_score_adj
 from nodeagent.quantity import milli_value, value
 
 DEFAULT_MASKED_PATHS: Final = (

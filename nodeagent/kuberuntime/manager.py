@@ -1,15 +1,12 @@
 """The runtime manager: reads a pod's runtime state and carries out the plan of
-``actions.compute_pod_actions`` in the kubelet's SyncPod order.
+``actions.compute_pod_actions`` in the kubelet's SyncPod order (``kuberuntime_manager.go``).
 
 1. compute the plan; 2. kill the pod when its sandbox must go (or nothing should run any more);
 3. kill unwanted containers; 4. RunPodSandbox, then PodSandboxStatus for the IPs; 5. start the
 ephemeral containers never created yet (``targetContainerName`` -> CRI ``pid: TARGET``), then the
 next init container (one at a time, and nothing else); 6. start the regular containers in spec
-order. Starting one: crash-loop back-off check, image presence, the pod's managed /etc/hosts
-(``etchosts``, rewritten for each container once the pod has IPs), CreateContainer, StartContainer,
-then the ``/var/log/containers`` symlink and removal of dead instances beyond the last one.
-Failures are recorded per container in the :class:`SyncResult` with the kubelet's reasons; they
-never stop the other containers. The manager holds no pod state besides the back-offs and the
+order. Starting, stopping and removing one container is :mod:`.containers`' (the kubelet's
+``kuberuntime_container.go``). The manager holds no pod state besides the back-offs and the
 last state read of each pod: ``pod_state(uid, reuse=True)`` (a pod's periodic sync) returns it
 again, without a CRI request, when a relist that started after it was read saw the same
 sandboxes and containers in the same states and the manager has not acted on the pod since
@@ -28,48 +25,23 @@ from nodeagent.clock import Clock
 from nodeagent.kuberuntime import etchosts
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
-from nodeagent.kuberuntime.backoff import (
-    IMAGE_BACKOFF_INITIAL,
-    IMAGE_BACKOFF_MAX,
-    Backoff,
-    container_key,
-)
-from nodeagent.kuberuntime.container import build_container_config, linux_resources
-from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
-from nodeagent.kuberuntime.env import (
-    SERVICES_NOT_READ,
-    ContainerConfigError,
-    EnvInputs,
-    make_environment,
-)
+from nodeagent.kuberuntime.backoff import Backoff
+from nodeagent.kuberuntime.container import linux_resources
+from nodeagent.kuberuntime.containers import ContainerRunner
+from nodeagent.kuberuntime.dns import PodDNSError
+from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
-from nodeagent.kuberuntime.hooks import (
-    FAILED_POST_START_HOOK,
-    FAILED_PRE_STOP_HOOK,
-    LIFECYCLE_HTTP_FALLBACK,
-    POST_START_EVENT_MESSAGE,
-    POST_START_HOOK_ERROR,
-    PRE_STOP_EVENT_MESSAGE,
-    HookRunner,
-    grace_after_pre_stop,
-    stop_grace,
-)
-from nodeagent.kuberuntime.images import ImageFailure, ImageManager
-from nodeagent.kuberuntime.labels import POD_UID, container_hash
-from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts, to_cri
-from nodeagent.kuberuntime.podfiles import Files, PodFiles, legacy_log_symlink
+from nodeagent.kuberuntime.hooks import HookRunner
+from nodeagent.kuberuntime.labels import POD_UID
+from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
+from nodeagent.kuberuntime.podfiles import Files, PodFiles
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import (
     CONFIG_POD_SANDBOX_ERROR,
-    CRASH_LOOP_BACK_OFF,
-    CREATE_CONTAINER_CONFIG_ERROR,
-    CREATE_CONTAINER_ERROR,
     CREATE_POD_SANDBOX_ERROR,
-    RUN_CONTAINER_ERROR,
     ContainerFailure,
     PodEvent,
     SyncResult,
-    go_seconds,
 )
 from nodeagent.kuberuntime.runtime_state import (
     ContainerRecord,
@@ -84,53 +56,13 @@ from nodeagent.kuberuntime.runtime_state import (
 )
 from nodeagent.kuberuntime.sandbox import build_sandbox_config
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
-from nodeagent.kuberuntime.termination import (
-    FILE_MODE,
-    MAX_LOG_BYTES,
-    MAX_MESSAGE_BYTES,
-    MessageFile,
-    containers_dir,
-    log_tail_message,
-    message_source,
-    new_instance_id,
-    read_error_message,
-    termination_message_file,
-    termination_message_mounts,
-    with_message,
-)
+from nodeagent.kuberuntime.termination import containers_dir, with_message
 from nodeagent.kuberuntime.termination_order import TerminationOrdering
 from nodeagent.log import Logger, get_logger
-from nodeagent.podspec import (
-    Container,
-    EphemeralContainer,
-    Pod,
-    ephemeral_forbidden_field,
-    format_pod,
-    termination_grace_period,
-)
+from nodeagent.podspec import Container, Pod, termination_grace_period
 
 MIN_GRACE_PERIOD: Final = 2  # minimumGracePeriodInSeconds
-LOG_TAIL_READ: Final = 64 * 1024
-SERVICES_RETRY: Final = 10.0  # after "services have not yet been read": the kubelet's backOffPeriod
-"""How much of a container log is read for ``FallbackToLogsOnError`` (80 lines' worth)."""
-# Event messages of 1.35+ (kubernetes/kubernetes#134043 took the container name out of the
-# message: the event's fieldPath names the container).
-CREATED_MESSAGE: Final = "Container created"
-STARTED_MESSAGE: Final = "Container started"
 SANDBOX_CHANGED_MESSAGE: Final = "Pod sandbox changed, it will be killed and re-created."
-
-
-def go_os_error(op: str, path: str, e: OSError) -> str:
-    """An ``OSError`` as Go's ``*PathError`` reads: ``open /etc/hosts: no such file or
-    directory``."""
-    reason = e.strerror.lower() if e.strerror else str(e)
-    return f"{op} {path}: {reason}"
-
-
-def grpc_message(e: CriError) -> str:
-    """What the kubelet reports of a failed CreateContainer/StartContainer: the status's
-    message (``status.FromError(err).Message()``), without the ``rpc error: code = ...``."""
-    return e.details or str(e)
 
 
 class RuntimeManager:
@@ -157,23 +89,28 @@ class RuntimeManager:
 
         self._runtime = runtime
         self._clock = clock
-        self._hooks = hooks or HookRunner(runtime=runtime)
-        self._messages: dict[str, dict[str, str]] = {}
-        """Pod uid -> exited container id -> its termination message (read once)."""
         self._settings = settings
         self._cgroup_driver = cgroup_driver
         self._files: Files = files or PodFiles()
-        self._backoff = backoff or Backoff(now=wall)
-        image_backoff = Backoff(now=wall, initial=IMAGE_BACKOFF_INITIAL, cap=IMAGE_BACKOFF_MAX)
-        self._images = ImageManager(images=images, backoff=image_backoff, monotonic=clock.monotonic)
+        self._log = log or get_logger("kuberuntime")
+        self._containers = ContainerRunner(
+            runtime=runtime,
+            images=images,
+            settings=lambda: self._settings,
+            acting=self._acting,
+            clock=clock,
+            files=self._files,
+            backoff=backoff or Backoff(now=wall),
+            hooks=hooks or HookRunner(runtime=runtime),
+            log=self._log,
+        )
         self._relisted = relisted
         self._states: dict[str, tuple[float, PodRuntimeState]] = {}
         """Pod uid -> (event-loop time it was read, the state read)."""
         self._acts = 0
+        """How many times the manager acted on a pod (a read racing an action is not kept)."""
         self.resources_updated = 0
         """Moves before and after each UpdateContainerResources (for the stats sampler)."""
-        """How many times the manager acted on a pod (a read racing an action is not kept)."""
-        self._log = log or get_logger("kuberuntime")
 
     @property
     def settings(self) -> PodRuntimeSettings:
@@ -190,9 +127,7 @@ class RuntimeManager:
 
     def forget(self, uid: str) -> None:
         """Drop a deleted pod's back-offs."""
-        self._backoff.forget(uid)
-        self._images.forget(uid)
-        self._messages.pop(uid, None)
+        self._containers.forget(uid)
         self._states.pop(uid, None)
 
     def _acting(self, uid: str) -> None:
@@ -248,7 +183,7 @@ class RuntimeManager:
                 continue
             record = container_record(status, listed_container.pod_sandbox_id)
             if record.state is ContainerState.EXITED:
-                message = await self._termination_message(uid, status)
+                message = await self._containers.termination_message(uid, status)
                 record = dataclasses.replace(record, message=with_message(record.message, message))
             containers.append(record)
         return PodRuntimeState(
@@ -307,11 +242,11 @@ class RuntimeManager:
             await self.kill_pod(pod, state, grace=grace, result=result)
             if not actions.create_sandbox:
                 return result
-            await self._purge_init_containers(pod, state)
+            await self._containers.purge_init_containers(pod, state)
         else:
             kill_ips = state.sandboxes[0].ips if state.sandboxes else ()
             for kill in actions.containers_to_kill:
-                await self.kill_container(
+                await self._containers.kill_container(
                     pod,
                     kill.container_id,
                     kill.name,
@@ -353,7 +288,7 @@ class RuntimeManager:
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
 
         async def start(container: Container) -> bool:
-            return await self._start_container(
+            return await self._containers.start_container(
                 pod,
                 container,
                 state=state,
@@ -407,277 +342,6 @@ class RuntimeManager:
         )
         return sandbox_id, record.ips
 
-    def _backing_off(
-        self, pod: Pod, container: Container, state: PodRuntimeState, result: SyncResult
-    ) -> bool:
-        """True (with ``CrashLoopBackOff`` and the ``BackOff`` event) while the container's
-        restart back-off runs; else the next restart is counted. doBackOff looks at the
-        newest *exited* instance, so a container killed while running (a failed liveness
-        probe) restarts at once the first time and backs off after that."""
-        exited = next(
-            (
-                c
-                for c in state.containers
-                if c.name == container.name and c.state is ContainerState.EXITED
-            ),
-            None,
-        )
-        if exited is not None:
-            key = container_key(
-                namespace=pod.namespace,
-                name=pod.name,
-                uid=pod.uid,
-                container=container.name,
-                hash=container_hash(container),
-            )
-            finished = exited.finished_at / 1e9
-            wait = self._backoff.remaining(key, finished)
-            if wait > 0:
-                message = (
-                    f"back-off {go_seconds(self._backoff.get(key))} restarting failed "
-                    f"container={container.name} pod={format_pod(pod)}"
-                )
-                result.failures[container.name] = ContainerFailure(CRASH_LOOP_BACK_OFF, message)
-                result.event(
-                    "Warning",
-                    "BackOff",
-                    "Back-off restarting failed container "
-                    f"{container.name} in pod {format_pod(pod)}",
-                    container=container.name,
-                )
-                result.retry_after(wait)
-                return True
-            self._backoff.next(key, finished)
-        return False
-
-    async def _start_container(
-        self,
-        pod: Pod,
-        container: Container,
-        *,
-        state: PodRuntimeState,
-        sandbox_id: str,
-        sandbox_config: cri.PodSandboxConfig,
-        inputs: EnvInputs,
-        result: SyncResult,
-        volumes: PodMounts,
-    ) -> bool:
-        """Start one container (and run its postStart hook); False when it did not start.
-        An ephemeral container joins its target's PID namespace (``targetContainerName``)."""
-
-        def failed(message: str) -> None:
-            result.event("Warning", "Failed", message, container=container.name)
-
-        if (refused := ephemeral_refusal(pod, container)) is not None:
-            result.failures[container.name] = ContainerFailure(
-                CREATE_CONTAINER_CONFIG_ERROR, refused
-            )
-            failed(f"Error: {refused}")
-            return False
-        previous = state.find(container.name)
-        if self._backing_off(pod, container, state, result):
-            return False
-        try:
-            image_ref = await self._images.ensure_image(pod, container, sandbox_config, result)
-        except ImageFailure as e:
-            result.failures[container.name] = e.failure
-            failed(f"Error: {e.failure.reason}")
-            if e.retry_in is not None:
-                result.retry_after(e.retry_in)
-            return False
-        restart_count = previous.restart_count + 1 if previous is not None else 0
-        message_file = termination_message_file(self._settings, pod, container, new_instance_id())
-        try:
-            target_id = namespace_target(container, state)
-            env = dict(make_environment(pod, container, inputs))
-            mounts = await volumes.container_mounts(container, env)
-            hosts = await self._hosts_mounts(pod, container, inputs.pod_ips)
-            config = build_container_config(
-                pod,
-                container,
-                image_ref=image_ref,
-                restart_count=restart_count,
-                settings=self._settings,
-                inputs=inputs,
-                mounts=[
-                    *(to_cri(m) for m in mounts),
-                    *hosts,
-                    *termination_message_mounts(message_file),
-                ],
-                image_user=self._images.user_of(image_ref),
-                target_id=target_id,
-            )
-        except ContainerConfigError as e:
-            result.failures[container.name] = ContainerFailure(
-                CREATE_CONTAINER_CONFIG_ERROR, str(e)
-            )
-            failed(f"Error: {e}")
-            if str(e) == SERVICES_NOT_READ:
-                result.retry_after(SERVICES_RETRY)  # the kubelet's pod worker back-off
-            return False
-        log_dir = sandbox_config.log_directory
-        try:
-            await self._files.ensure_dir(f"{log_dir}/{container.name}")
-            await self._create_message_file(message_file)
-            container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
-        except (CriError, OSError) as e:
-            text = grpc_message(e) if isinstance(e, CriError) else str(e)
-            result.failures[container.name] = ContainerFailure(CREATE_CONTAINER_ERROR, text)
-            failed(f"Error: {text}")
-            return False
-        result.event("Normal", "Created", CREATED_MESSAGE, container=container.name)
-        try:
-            await self._runtime.start_container(container_id)
-        except CriError as e:
-            text = grpc_message(e)
-            result.failures[container.name] = ContainerFailure(RUN_CONTAINER_ERROR, text)
-            failed(f"Error: {text}")
-            return False
-        result.event("Normal", "Started", STARTED_MESSAGE, container=container.name)
-        self._log.v(2).info(
-            "Started container",
-            pod_namespace=pod.namespace,
-            pod_name=pod.name,
-            pod_uid=pod.uid,
-            container_name=container.name,
-            container_id=container_id,
-            restart_count=restart_count,
-        )
-        await self._files.link(
-            f"{log_dir}/{config.log_path}",
-            legacy_log_symlink(
-                self._settings.container_logs_dir,
-                pod=pod.name,
-                namespace=pod.namespace,
-                container=container.name,
-                container_id=container_id,
-            ),
-        )
-        await self._prune_dead(pod, state, container.name)
-        if not await self._post_start(pod, container, container_id, inputs.pod_ips, result):
-            return False
-        result.started.append(container.name)
-        return True
-
-    async def _hosts_mounts(
-        self, pod: Pod, container: Container, pod_ips: Sequence[str]
-    ) -> list[cri.Mount]:
-        """The pod's managed /etc/hosts, written now, as the container's mount; none before
-        the pod has an IP or when the container mounts its own /etc/hosts. Raises
-        ``ContainerConfigError`` (a bad hostname, an unreadable node hosts file)."""
-        if not etchosts.should_mount_hosts_file(pod, pod_ips):
-            return []
-        if etchosts.mounts_own_hosts_file(container):
-            return []
-        settings = self._settings
-        try:
-            hostname, domain = pod_hostname(
-                pod,
-                cluster_domain=settings.cluster_domain,
-                hostname_override=settings.hostname_override,
-            )
-        except PodDNSError as e:
-            raise ContainerConfigError(str(e)) from e
-        path = etchosts.hosts_file_path(settings, pod.uid)
-        aliases = pod.spec.host_aliases
-        if pod.spec.host_network:
-            try:
-                node_hosts = await self._files.read_file(settings.node_hosts_file)
-            except OSError as e:
-                raise ContainerConfigError(go_os_error("open", settings.node_hosts_file, e)) from e
-            content = etchosts.host_network_hosts_content(node_hosts, aliases)
-        else:
-            content = etchosts.managed_hosts_content(pod_ips, hostname, domain, aliases)
-        try:
-            await self._files.write_file(path, content, etchosts.FILE_MODE)
-        except OSError as e:
-            raise ContainerConfigError(go_os_error("open", path, e)) from e
-        return [etchosts.hosts_mount(path)]
-
-    async def _create_message_file(self, message_file: MessageFile | None) -> None:
-        """The empty, world-writable file the container's termination message goes to."""
-        if message_file is not None:
-            await self._files.create_file(message_file.host_path, FILE_MODE)
-
-    async def _post_start(
-        self,
-        pod: Pod,
-        container: Container,
-        container_id: str,
-        pod_ips: Sequence[str],
-        result: SyncResult,
-    ) -> bool:
-        """Run the postStart hook; when it fails, the ``FailedPostStartHook`` event, the
-        container killed and ``PostStartHookError`` with the hook's message. False then."""
-        post_start = container.lifecycle.post_start if container.lifecycle else None
-        if post_start is None:
-            return True
-        message = await self._hooks.run(
-            pod,
-            container,
-            container_id,
-            post_start,
-            pod_ips=pod_ips,
-            on_fallback=lambda text: result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text),
-        )
-        if message is None:
-            return True
-        self._log.error(
-            "Failed to execute PostStartHook",
-            pod_namespace=pod.namespace,
-            pod_name=pod.name,
-            pod_uid=pod.uid,
-            container_name=container.name,
-            container_id=container_id,
-            error=message,
-        )
-        result.event(
-            "Warning", FAILED_POST_START_HOOK, POST_START_EVENT_MESSAGE, container=container.name
-        )
-        await self.kill_container(
-            pod,
-            container_id,
-            container.name,
-            grace=termination_grace_period(pod),
-            message=FAILED_POST_START_HOOK,
-            result=result,
-            pod_ips=pod_ips,
-        )
-        result.failures[container.name] = ContainerFailure(POST_START_HOOK_ERROR, message)
-        return False
-
-    async def _prune_dead(self, pod: Pod, state: PodRuntimeState, name: str) -> None:
-        """Keep one dead instance of a container (its ``lastState``), as container GC does
-        with ``maxPerPodContainer: 1``."""
-        dead = [c for c in state.containers if c.name == name and c.state is ContainerState.EXITED]
-        for record in dead[1:]:
-            await self._remove_container(pod.name, pod.namespace, record)
-
-    async def _purge_init_containers(self, pod: Pod, state: PodRuntimeState) -> None:
-        """A new sandbox runs init containers from scratch: remove the old instances."""
-        names = {c.name for c in pod.spec.init_containers}
-        for record in state.containers:
-            if record.name in names and record.state is not ContainerState.RUNNING:
-                await self._remove_container(pod.name, pod.namespace, record)
-
-    async def _remove_container(self, pod: str, namespace: str, record: ContainerRecord) -> None:
-        try:
-            await self._runtime.remove_container(record.id)
-        except CriNotFound:
-            pass
-        except CriError as e:
-            self._log.warning("Cannot remove container", container_id=record.id, error=str(e))
-            return
-        await self._files.unlink(
-            legacy_log_symlink(
-                self._settings.container_logs_dir,
-                pod=pod,
-                namespace=namespace,
-                container=record.name,
-                container_id=record.id,
-            )
-        )
-
     # --- in-place resize -----------------------------------------------------------------
 
     async def update_container_resources(
@@ -711,124 +375,6 @@ class RuntimeManager:
         return linux_resources(pod, container, self._settings)
 
     # --- killing ------------------------------------------------------------------------
-
-    async def _termination_message(self, uid: str, status: cri.ContainerStatus) -> str:
-        """What an exited container wrote to its termination message file (or its log's
-        tail under ``FallbackToLogsOnError``); read once per container."""
-        cache = self._messages.setdefault(uid, {})
-        if status.id in cache:
-            return cache[status.id]
-        source = message_source(status)
-        message = ""
-        fallback = source.fallback_to_logs
-        if source.host_path is not None:
-            try:
-                data = await self._files.read_tail(source.host_path, MAX_MESSAGE_BYTES)
-            except OSError as e:
-                data, fallback = None, False
-                message = read_error_message(source.host_path, str(e))
-            if data:
-                message, fallback = data.decode(errors="replace"), False
-        if fallback and source.log_path:
-            try:
-                log = await self._files.read_tail(source.log_path, LOG_TAIL_READ)
-            except OSError:
-                log = None
-            message = log_tail_message(log or b"")[-MAX_LOG_BYTES:]
-        cache[status.id] = message
-        return message
-
-    async def kill_container(
-        self,
-        pod: Pod | None,
-        container_id: str,
-        name: str,
-        *,
-        grace: int,
-        message: str = "",
-        override: int | None = None,
-        result: SyncResult | None = None,
-        pod_ips: Sequence[str] = (),
-        ordering: TerminationOrdering | None = None,
-    ) -> None:
-        """The one place a container is stopped, as the kubelet's ``killContainer``: the
-        ``Killing`` event, the preStop hook within ``grace`` (the time it takes is deducted),
-        the wait for the containers that must stop first (sidecars), then StopContainer with
-        what is left (at least 2 s, unless ``override``)."""
-        spec = _container_spec(pod, name) if pod is not None else None
-        if pod is not None:
-            self._acting(pod.uid)
-        if result is not None:
-            result.event(
-                "Normal", "Killing", message or f"Stopping container {name}", container=name
-            )
-        pre_stop = spec.lifecycle.pre_stop if spec is not None and spec.lifecycle else None
-        if pod is not None and spec is not None and pre_stop is not None and grace > 0:
-            started = self._clock.monotonic()
-            try:
-                hook = self._hooks.run(
-                    pod,
-                    spec,
-                    container_id,
-                    pre_stop,
-                    pod_ips=pod_ips,
-                    on_fallback=lambda text: (
-                        result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text) if result else None
-                    ),
-                )
-                failure = await asyncio.wait_for(hook, grace)
-            except TimeoutError:
-                failure = None
-                self._log.v(2).info(
-                    "PreStop hook not completed in grace period",
-                    pod_namespace=pod.namespace,
-                    pod_name=pod.name,
-                    container_name=name,
-                    grace_period=grace,
-                )
-            if failure is not None:
-                self._log.error(
-                    "PreStop hook failed",
-                    pod_namespace=pod.namespace,
-                    pod_name=pod.name,
-                    pod_uid=pod.uid,
-                    container_name=name,
-                    container_id=container_id,
-                    error=failure,
-                )
-                if result is not None:
-                    result.event(
-                        "Warning", FAILED_PRE_STOP_HOOK, PRE_STOP_EVENT_MESSAGE, container=name
-                    )
-            grace = grace_after_pre_stop(grace, self._clock.monotonic() - started)
-        if ordering is not None and grace > 0:
-            grace -= int(await ordering.wait_for_turn(name, grace))
-        seconds = stop_grace(grace, override=override)
-        try:
-            await self._stop_container(pod, container_id, name, seconds)
-        finally:
-            if ordering is not None:
-                ordering.terminated(name)
-
-    async def _stop_container(
-        self, pod: Pod | None, container_id: str, name: str, grace: int
-    ) -> None:
-        try:
-            await self._runtime.stop_container(container_id, grace)
-        except CriNotFound:
-            return
-        fields = (
-            {"pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid}
-            if pod
-            else {}
-        )
-        self._log.v(2).info(
-            "Stopped container",
-            container_name=name,
-            container_id=container_id,
-            grace_period=grace,
-            **fields,
-        )
 
     async def kill_pod(
         self,
@@ -864,7 +410,7 @@ class RuntimeManager:
             if owner is None and record.restored is not None:
                 owner = record.restored[0]  # its pod is gone: the preStop hook still runs
             try:
-                await self.kill_container(
+                await self._containers.kill_container(
                     owner,
                     record.id,
                     record.name,
@@ -896,7 +442,7 @@ class RuntimeManager:
         managed /etc/hosts."""
         self._acting(state.uid)
         for record in state.containers:
-            await self._remove_container(state.name, state.namespace, record)
+            await self._containers.remove_container(state.name, state.namespace, record)
         for sandbox in state.sandboxes:
             try:
                 await self._runtime.stop_pod_sandbox(sandbox.id)
@@ -911,38 +457,3 @@ class RuntimeManager:
             await self._files.remove_links_to(self._settings.container_logs_dir, log_dir + "/")
         await self._files.remove_tree(containers_dir(self._settings, state.uid))
         await self._files.unlink(etchosts.hosts_file_path(self._settings, state.uid))
-
-
-def ephemeral_refusal(pod: Pod, container: Container) -> str | None:
-    """Why an ephemeral container must not run: a field the apiserver refuses on one (it
-    validates them, so only a spec that bypassed it gets here); None for any other container."""
-    if not isinstance(container, EphemeralContainer):
-        return None
-    forbidden = ephemeral_forbidden_field(container)
-    if forbidden is None:
-        return None
-    index = pod.spec.ephemeral_containers.index(container)
-    return (
-        f"spec.ephemeralContainers[{index}].{forbidden}: Forbidden: "
-        "cannot be set for an Ephemeral Container"
-    )
-
-
-def namespace_target(container: Container, state: PodRuntimeState) -> str:
-    """The id of the container whose PID namespace an ephemeral container joins (its
-    ``targetContainerName``), "" for none; the kubelet's ``getTargetID``: raises
-    ``ContainerConfigError`` when the runtime has no such container."""
-    if not isinstance(container, EphemeralContainer) or not container.target_container_name:
-        return ""
-    target = state.find(container.target_container_name)
-    if target is None:
-        raise ContainerConfigError(
-            f"unable to find target container {container.target_container_name}"
-        )
-    return target.id
-
-
-def _container_spec(pod: Pod, name: str) -> Container | None:
-    return next(
-        (c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == name), None
-    )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
-from nodeagent.cm.policy import SwapInputs
+from nodeagent.kuberuntime.resources import SwapInputs
 
 CgroupDriver = Literal["cgroupfs", "systemd"]
 

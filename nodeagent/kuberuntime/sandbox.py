@@ -17,8 +17,8 @@ from nodeagent.kuberuntime import labels
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.dns import kernel_hostname, pod_dns
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
-from nodeagent.pods.qos import QOSClass, pod_qos_class
 from nodeagent.podspec import Pod
+from nodeagent.qos import QOSClass, pod_qos_class
 from nodeagent.sysctl import normalize_name
 
 PROTOCOLS: Final = {"TCP": api.TCP, "UDP": api.UDP, "SCTP": api.SCTP}

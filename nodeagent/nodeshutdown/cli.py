@@ -27,8 +27,7 @@ from nodeagent.errors import ConfigError
 from nodeagent.logind import DbusLogind, LogindError
 from nodeagent.nodeshutdown.policy import plan, render_plan, shutdown_groups
 from nodeagent.pods.sync import ALL_PODS
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 
 EXIT_OK = 0
 EXIT_NO_PODS = 1

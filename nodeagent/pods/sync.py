@@ -18,50 +18,33 @@
 
 What the runtime manager does is recorded as it happens, as Events about the pod or one of its
 containers (``Pulling``, ``Created``, ``Failed``, ``BackOff``, ``Killing``, ...), to ``events``.
+The containers' environment inputs come from :mod:`.envsource`, the host's resolver settings
+from :mod:`.resolvconf`, and an in-place resize is applied by :mod:`.resize`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import contextlib
 import datetime as dt
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import DEFERRED_RETRY
-from nodeagent.allocation.policy import (
-    MEMORY_USAGE_MESSAGE,
-    Resources,
-    resizable_containers,
-    resize_restarts,
-    same_resources,
-)
-from nodeagent.apiserver import Api, NotFound, Resource
+from nodeagent.apiserver import Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
-from nodeagent.kuberuntime.dns import parse_resolv_conf
-from nodeagent.kuberuntime.env import (
-    ContainerConfigError,
-    EnvInputs,
-    referenced_objects,
-    service_env,
-)
-from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
-from nodeagent.kuberuntime.podsettings import ResolvConf
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
 from nodeagent.pods import deadline
+from nodeagent.pods.envsource import EnvSource
+from nodeagent.pods.resize import RESIZE_ERROR_RETRY, RESIZE_POLL, PodResizer
 from nodeagent.pods.workers import SyncOutcome
 from nodeagent.podspec import Pod
 from nodeagent.prober import NoProbes, PodProbes
-from nodeagent.quantity import value
 from nodeagent.status import StatusManager, generate_pod_status, with_container_readiness
 from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.layout import setup_failed_message
@@ -88,31 +71,8 @@ class _AllNamespaces(Resource):
 ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
 ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
 """Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SANDBOX_RETRY: Final = 10.0
-SERVICES_FIRST_LIST_WAIT: Final = 5.0
-RESOLV_CONF_TTL: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
-RESIZE_POLL: Final = 1.0
-"""How soon a resize the runtime has not yet read back is looked at again."""
-RESIZE_ERROR_RETRY: Final = 10.0
-"""How soon a resize that failed to apply is tried again."""
-
-
-def _shrinks_memory(old: Resources, new: Resources) -> bool:
-    a = old.get("limits", {}).get("memory")
-    b = new.get("limits", {}).get("memory")
-    try:
-        return (a is None and b is not None) or (
-            a is not None and b is not None and value(b) < value(a)
-        )
-    except (ValueError, ArithmeticError):
-        return False
-
-
-class EnvSource(Protocol):
-    async def inputs(self, pod: Pod) -> EnvInputs: ...
 
 
 class PodCgroups(Protocol):
@@ -129,90 +89,6 @@ class PodCgroups(Protocol):
     async def remove_pod(self, uid: str) -> None: ...
 
     async def clean_orphans(self, keep: Callable[[str], bool]) -> None: ...
-
-
-class ApiEnvSource:
-    """ConfigMaps and Secrets a pod's environment reads, fetched from the API when needed;
-    Services from a cache; the node's IPs and allocatable from callables."""
-
-    def __init__(
-        self,
-        *,
-        api: Api,
-        host_ips: Callable[[], tuple[str, ...]],
-        allocatable: Callable[[], Mapping[str, str]],
-        services: Callable[[], Sequence[Mapping[str, Any]]] = list,
-        services_synced: Callable[[], bool] = lambda: True,
-        wait_services: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self._api = api
-        self._host_ips = host_ips
-        self._allocatable = allocatable
-        self._services = services
-        self._services_synced = services_synced
-        self._wait_services = wait_services
-
-    async def _data(self, res: Resource, namespace: str, name: str) -> dict[str, str] | None:
-        try:
-            obj = await self._api.get(res, name, namespace=namespace)
-        except NotFound:
-            return None
-        data = {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
-        if res is SECRETS:
-            try:
-                data = {k: base64.b64decode(v).decode() for k, v in data.items()}
-            except (binascii.Error, UnicodeDecodeError):
-                data = {}
-        return data
-
-    async def inputs(self, pod: Pod) -> EnvInputs:
-        config_map_names, secret_names = referenced_objects(pod)
-        config_maps = {n: await self._data(CONFIGMAPS, pod.namespace, n) for n in config_map_names}
-        secrets = {n: await self._data(SECRETS, pod.namespace, n) for n in secret_names}
-        links = pod.spec.enable_service_links is not False
-        # As the kubelet: a static pod never waits for the Service list (it must run while
-        # the API server is unreachable, e.g. the API server's own static pod).
-        must_sync = not pod.is_static
-        if must_sync and not self._services_synced() and self._wait_services is not None:
-            # Just after start the first Service list is usually a moment away: wait for it
-            # briefly rather than refuse the container (and retry it 10 s later).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_services(), SERVICES_FIRST_LIST_WAIT)
-        return EnvInputs(
-            host_ips=self._host_ips(),
-            node_allocatable=dict(self._allocatable()),
-            service_env=service_env(
-                self._services(), namespace=pod.namespace, enable_service_links=links
-            ),
-            services_synced=self._services_synced() or not must_sync,
-            config_maps=config_maps,
-            secrets=secrets,
-        )
-
-
-class HostResolvConf:
-    """The host's resolver settings, re-read at most every 10 seconds."""
-
-    def __init__(self, *, path: str) -> None:
-        self._path = path
-        self._value: ResolvConf | None = None
-        self._read_at = 0.0
-
-    def _read(self) -> ResolvConf:
-        try:
-            with open(self._path) as f:
-                return parse_resolv_conf(f.read())
-        except OSError:
-            return ResolvConf()
-
-    async def __call__(self) -> ResolvConf:
-        if not self._path:
-            return ResolvConf()
-        now = asyncio.get_running_loop().time()
-        if self._value is None or now - self._read_at > RESOLV_CONF_TTL:
-            self._value = await asyncio.to_thread(self._read)
-            self._read_at = now
-        return self._value
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +159,9 @@ class PodSync:
         self._status_overrides: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self._final: dict[str, FinalStatus] = {}
         self._deadline_passed: set[str] = set()
+        self._resizer = PodResizer(
+            runtime=runtime, allocation=allocation, cgroups=cgroups, log=self._log
+        )
 
     def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
@@ -334,7 +213,7 @@ class PodSync:
             now=now.strftime(RFC3339),
             terminal=terminal,
             probes=self._probes,
-            **self._resize_view(pod),
+            **self._resizer.resize_view(pod),
             evict=(deadline.REASON, deadline.MESSAGE) if past_deadline else None,
         )
         mutate = self._status_overrides.get(pod.uid)
@@ -365,21 +244,6 @@ class PodSync:
 
         return post
 
-    def _resize_view(self, pod: Pod) -> dict[str, Any]:
-        """The resize conditions and each container's allocated / actual resources."""
-        if self._allocation is None:
-            return {}
-        allocation = self._allocation.allocation(pod.uid)
-        actuated = self._allocation.actuated(pod.uid)
-        resources = {
-            name: (dict(alloc.get("requests", {})), actuated.get(name, {}))
-            for name, alloc in allocation.items()
-        }
-        return {
-            "resize_conditions": self._allocation.conditions(pod.uid),
-            "resources": resources,
-        }
-
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         self._probes.add_pod(pod)
         if self._allocation is not None:
@@ -389,7 +253,7 @@ class PodSync:
         # A periodic sync of a pod nothing happened to reuses the state read last (the PLEG
         # relisted it unchanged since); every sync after an action reads it again.
         state = await self._runtime.pod_state(pod.uid, reuse=True)
-        view = self._resize_view(pod)
+        view = self._resizer.resize_view(pod)
         reported = self._report(pod, state, terminal=False)
         if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
@@ -404,7 +268,7 @@ class PodSync:
                 self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
             if not volumes.ready:
                 return SyncOutcome(retry_in=volumes.retry_in, wake_in=wake_in)
-        restarts, resized = await self._resize(pod, state)
+        restarts, resized = await self._resizer.resize(pod, state)
         result = await self._runtime.sync_pod(
             pod,
             state,
@@ -430,9 +294,9 @@ class PodSync:
         if alloc is not None and alloc.in_progress(pod.uid):
             if not resized:  # refused (PodResizeInProgress Error): try again later
                 result.retry_after(RESIZE_ERROR_RETRY)
-            elif not await self._finish_resize(pod):  # the runtime has not caught up yet
+            elif not await self._resizer.finish_resize(pod):  # the runtime has not caught up yet
                 result.retry_after(RESIZE_POLL)
-        resize_moved = self._resize_view(pod) != view
+        resize_moved = self._resizer.resize_view(pod) != view
         if volumes is not None and volumes.retry_in is not None:
             result.retry_after(volumes.retry_in)
         if result.sandbox_error is not None:
@@ -448,109 +312,6 @@ class PodSync:
             if self._report(pod, state, terminal=False)["phase"] in TERMINAL:
                 return SyncOutcome(terminal=True)
         return SyncOutcome(retry_in=result.retry_in, wake_in=wake_in)
-
-    async def _resize(self, pod: Pod, state: PodRuntimeState) -> tuple[dict[str, str], bool]:
-        """Apply the pod's allocation to its running containers (the kubelet's
-        ``doPodResizeAction``): the pod cgroup is already widened to the larger of the old
-        and new limits; each container whose allocation differs from what it runs with gets
-        CRI ``UpdateContainerResources`` (shrinking memory first), a ``RestartContainer``
-        policy restarts it instead. Returns (containers to restart -> message, whether the
-        pod cgroup may now take its new limits)."""
-        alloc = self._allocation
-        if alloc is None:
-            return {}, True
-        allocation = alloc.allocation(pod.uid)
-        running = {
-            c.name: c
-            for c in reversed(state.containers)
-            if c.state is ContainerState.RUNNING and c.name in allocation
-        }
-        actuated = alloc.actuated(pod.uid)
-        unknown = {n: allocation[n] for n in running if n not in actuated}
-        if unknown:  # started before the allocation was recorded: it runs with it
-            await alloc.set_actuated(pod.uid, unknown)
-            actuated.update(unknown)
-        restarts = resize_restarts(pod, actuated, list(running))
-        updates = [
-            c
-            for c in resizable_containers(pod)
-            if c.name in running
-            and c.name not in restarts
-            and not same_resources(actuated[c.name], allocation[c.name])
-        ]
-        if not updates and not restarts:
-            return {}, True
-        alloc.resize_applying(pod)
-        if not await self._memory_allows(pod):
-            return {}, False
-        updates.sort(key=lambda c: not _shrinks_memory(actuated[c.name], allocation[c.name]))
-        for container in updates:
-            record = running[container.name]
-            try:
-                await self._runtime.update_container_resources(pod, container, record.id)
-            except (CriError, ContainerConfigError) as e:
-                text = e.status_text if isinstance(e, CriError) else str(e)
-                self._log.warning(
-                    "Cannot update container resources",
-                    pod_namespace=pod.namespace,
-                    pod_name=pod.name,
-                    pod_uid=pod.uid,
-                    container_name=container.name,
-                    error=text,
-                )
-                alloc.resize_failed(pod, text)
-                return {}, False
-            await alloc.set_actuated(pod.uid, {container.name: allocation[container.name]})
-        return restarts, True
-
-    async def _memory_allows(self, pod: Pod) -> bool:
-        """A pod memory limit never goes below what the pod uses (the kubelet aborts the
-        resize, ``PodResizeInProgress`` with ``Error``, and tries again later)."""
-        if self._cgroups is None or self._allocation is None:
-            return True
-        new = self._cgroups.pod_config(pod).memory_max
-        old = self._cgroups.applied(pod.uid)
-        if new is None or (
-            old is not None and old.memory_max is not None and new >= old.memory_max
-        ):
-            return True
-        usage = await self._cgroups.pod_memory_usage(pod.uid)
-        if usage is None or usage < new:
-            return True
-        self._allocation.resize_failed(pod, MEMORY_USAGE_MESSAGE.format(pod=pod.name))
-        return False
-
-    async def _finish_resize(self, pod: Pod) -> bool:
-        if self._allocation is None or not await self._resize_settled(pod):
-            return False
-        self._allocation.resize_done(pod)
-        return True
-
-    async def _resize_settled(self, pod: Pod) -> bool:
-        """Every running container runs with its allocation, as the runtime reads it back
-        (when it reports resources) and as the agent last set it."""
-        if self._allocation is None:
-            return True
-        allocation = self._allocation.allocation(pod.uid)
-        actuated = self._allocation.actuated(pod.uid)
-        state = await self._runtime.pod_state(pod.uid)
-        by_name = {c.name: c for c in resizable_containers(pod)}
-        for name, alloc in allocation.items():
-            record = state.find(name)
-            if record is None or record.state is not ContainerState.RUNNING:
-                continue
-            if not same_resources(actuated.get(name, {}), alloc):
-                return False
-            container = by_name.get(name)
-            if record.resources is None or container is None:
-                continue
-            want = self._runtime.desired_resources(pod, container)
-            got = record.resources
-            if got.memory_limit != want.memory_limit_in_bytes or got.cpu_shares != want.cpu_shares:
-                return False
-            if want.cpu_quota > 0 and got.cpu_quota != want.cpu_quota:
-                return False
-        return True
 
     def update_readiness(self, pod: Pod) -> None:
         """A readiness result of ``pod`` changed: put it on the pod's last status now (the

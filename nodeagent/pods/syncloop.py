@@ -38,13 +38,12 @@ import msgspec
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.kuberuntime import runtime_errors
+from nodeagent.lifecycle.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.log import Logger, get_logger
-from nodeagent.pods.admission import AdmitResult, admit_pod, admit_sysctls
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync, rfc3339
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist

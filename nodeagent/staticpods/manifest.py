@@ -37,11 +37,11 @@ import yaml
 from nodeagent.podspec import (
     CONFIG_SOURCE_ANNOTATION,
     PodSpecError,
+    decode_checked_pod,
     dns1123_label_problem,
     dns1123_subdomain_problem,
     show_value,
 )
-from nodeagent.podvalidation import decode_checked_pod
 from nodeagent.staticpods.limits import (
     MAX_MANIFEST_BYTES,
     ShapeError,

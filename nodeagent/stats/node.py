@@ -79,6 +79,18 @@ def meminfo(text: str) -> dict[str, int]:
     return out
 
 
+def memory_available(proc: str = "/proc") -> int | None:
+    """``memory.available`` as the summary computes it (MemFree + Inactive(file)), from one
+    read of ``/proc/meminfo`` (procfs never blocks; about 20 µs); None when it cannot be
+    read. What the eviction manager's memory signal reads between two summaries."""
+    try:
+        with open(f"{proc}/meminfo") as f:
+            mem = meminfo(f.read())
+    except OSError:
+        return None
+    return mem.get("MemFree", 0) + mem.get("Inactive(file)", 0)
+
+
 def vmstat(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():

@@ -17,8 +17,8 @@ from typing import Any, Final, Protocol
 
 from nodeagent.kuberuntime.actions import sandbox_changed
 from nodeagent.kuberuntime.runtime_state import PodRuntimeState
-from nodeagent.pods.qos import pod_qos_class
 from nodeagent.podspec import Container, Pod
+from nodeagent.qos import pod_qos_class
 from nodeagent.status.conditions import (
     FAILED,
     KUBELET_CONDITIONS,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from nodeagent.apiserver import NODES, ApiClient, NotFound
 from nodeagent.apiserver.resources import NAMESPACES, Resource
-from nodeagent.pods.sync import CONFIGMAPS
+from nodeagent.pods.envsource import CONFIGMAPS
 from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL
 
 # Cluster-wide watches, as the agent's caches (Node, Pods, Services, EndpointSlices) and more.

@@ -30,7 +30,7 @@ from podnode import Node, phase, running_node, status_of, until
 from nodeagent.apiserver import PODS
 from nodeagent.clock import RealClock
 from nodeagent.events import ObjectReference
-from nodeagent.pods.sync import CONFIGMAPS, SECRETS
+from nodeagent.pods.envsource import CONFIGMAPS, SECRETS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container
 from nodeagent.volumemanager.mounter import parse_mountinfo

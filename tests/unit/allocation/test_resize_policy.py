@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from nodeagent.allocation import policy
-from nodeagent.cm.policy import ResourceConfig, SwapInputs, widen
+from nodeagent.cm.policy import ResourceConfig, widen
+from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.podspec import Pod, decode_pod
 from nodeagent.testing.pods import container, pod_object
 

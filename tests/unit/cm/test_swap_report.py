@@ -10,8 +10,8 @@ from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.cli import read_back, render, rows
 from nodeagent.cm.host import fail_swap_on_refusal, swap_capacity
 from nodeagent.cm.manager import CmSettings, ContainerManager
-from nodeagent.cm.policy import SwapInputs
 from nodeagent.kuberuntime.podsettings import CgroupDriver
+from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.testing.pods import container, pod
 
 MIB = 1 << 20

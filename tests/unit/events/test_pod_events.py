@@ -19,8 +19,9 @@ from nodeagent.kuberuntime.errors import CriUnknown
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import go_duration
+from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ApiEnvSource, PodSync
+from nodeagent.pods.sync import PodSync
 from nodeagent.pods.syncloop import PodsChanged, SyncEvents, SyncLoop
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.podspec import Pod, decode_pod

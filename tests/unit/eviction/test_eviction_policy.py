@@ -10,6 +10,7 @@ import pytest
 from nodeagent.allocation import AllocationManager
 from nodeagent.eviction import policy
 from nodeagent.eviction.thresholds import (
+    DISK_SIGNALS,
     MEMORY_AVAILABLE,
     NODEFS_AVAILABLE,
     PID_AVAILABLE,
@@ -55,6 +56,17 @@ def test_defaults_parse_and_zero_disables() -> None:
     assert thresholds[0].value == Value(quantity=100 * Mi, text="100Mi")
     assert thresholds[1].value.amount(1000) == 100
     assert thresholds[0].condition == "MemoryPressure" and thresholds[1].condition == "DiskPressure"
+
+
+def test_node_level_reclaim_serves_the_six_disk_signals() -> None:
+    assert DISK_SIGNALS == (
+        "nodefs.available",
+        "nodefs.inodesFree",
+        "imagefs.available",
+        "imagefs.inodesFree",
+        "containerfs.available",
+        "containerfs.inodesFree",
+    )
 
 
 def test_soft_threshold_needs_its_grace_period() -> None:

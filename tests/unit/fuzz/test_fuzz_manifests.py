@@ -23,8 +23,7 @@ from bounded import call_budget
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.podspec import Pod, PodSpecError
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, PodSpecError, decode_checked_pod
 from nodeagent.staticpods import FileSource, ManifestError
 from nodeagent.staticpods.source import decode_file
 from nodeagent.testing.fake_apiserver import LoopClock

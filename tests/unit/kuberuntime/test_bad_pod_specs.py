@@ -19,9 +19,8 @@ from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import CREATE_CONTAINER_CONFIG_ERROR, PodEvent
 from nodeagent.kuberuntime.runtime_state import PodRuntimeState
-from nodeagent.pods.admission import admit_pod
-from nodeagent.podspec import Pod, PodSpecError, decode_pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.lifecycle.admission import admit_pod
+from nodeagent.podspec import Pod, PodSpecError, decode_checked_pod, decode_pod
 from nodeagent.testing.fake_apiserver import LoopClock
 from nodeagent.testing.fake_runtime import FakeRuntime
 from nodeagent.testing.pods import BUSYBOX, MemoryFiles, container, pod, pod_object

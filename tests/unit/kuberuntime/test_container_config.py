@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from cri_protos.runtime.v1 import api_pb2 as api
-from nodeagent.cm.policy import SwapInputs
 from nodeagent.kuberuntime.container import build_container_config
 from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, expand
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
+from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.podspec import Pod
 from nodeagent.testing.pods import container, pod
 

@@ -15,8 +15,7 @@ import pytest
 from nodeagent.nodeshutdown import metrics
 from nodeagent.nodeshutdown.manager import NodeShutdownManager
 from nodeagent.nodeshutdown.policy import ShutdownGroup
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.testing.fake_apiserver import LoopClock
 from nodeagent.testing.fake_logind import FakeLogind
 from nodeagent.testing.pods import pod_object

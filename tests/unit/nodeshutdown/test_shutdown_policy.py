@@ -23,8 +23,7 @@ from nodeagent.nodeshutdown.policy import (
     shutdown_groups,
     update_failed_message,
 )
-from nodeagent.podspec import Pod
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, decode_checked_pod
 from nodeagent.testing.pods import pod_object
 
 

@@ -1,6 +1,7 @@
 """The pods stack (source, PLEG, workers, runtime manager, status) over the fakes, in virtual
-time: ``FakeApiServer`` for the API and ``FakeRuntime`` for containerd, both on the
-event loop's clock, so back-off timings are exact."""
+time, wired by the daemon's own ``nodeagent.pods.managers.wire_pods``: ``FakeApiServer`` for
+the API and ``FakeRuntime`` for containerd, both on the event loop's clock, so back-off
+timings are exact."""
 
 from __future__ import annotations
 
@@ -17,19 +18,15 @@ from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ApiEnvSource, PodCgroups, PodSync
+from nodeagent.pods.managers import wire_pods
+from nodeagent.pods.sync import PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,
-    SyncEvents,
     SyncLoop,
-    node_allocatable,
-    node_internal_ips,
 )
 from nodeagent.pods.workers import PodWorkers
 from nodeagent.prober import ProbeIO, ProberManager
 from nodeagent.status import StatusManager
-from nodeagent.status.manager import PlainDeleter
 from nodeagent.sysctl import Allowlist
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -119,83 +116,41 @@ async def running_stack(
     )
     node_cache = WatchCache(api=server, resource=NODES, field_selector=f"metadata.name={NODE}")
 
-    def host_ips() -> tuple[str, ...]:
-        return node_internal_ips(node_cache.get(NODE), (HOST_IP,))
-
-    def allocatable() -> dict[str, str] | None:
-        found = node_allocatable(node_cache.get(NODE))
-        return dict(found) if found is not None else None
-
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
 
-    sync_events = SyncEvents()
-    pleg = GenericPleg(runtime=runtime, on_event=sync_events.pleg_event)
-    manager = RuntimeManager(
-        runtime=runtime,
-        images=runtime,
-        settings=SETTINGS,
-        clock=clock,
-        files=files,
-        relisted=pleg.listed,
-    )
-    status = StatusManager(api=server, deleter=PlainDeleter(api=server))
-    prober = ProberManager(
-        io=ProbeIO(runtime=runtime, user_agent="kube-probe/1.36"),
-        pod_status=status.last_status,
-        clock=clock,
-        on_update=sync_events.probe_result,
-        events=events,
-    )
-    allocation_manager = (
-        AllocationManager(
-            path=None,
-            allocatable=allocatable,
-            active_pods=lambda: workers.active_pods(),  # noqa: PLW0108 (made below)
-            events=events,
-        )
-        if allocation
-        else None
-    )
-    podsync = PodSync(
-        runtime=manager,
-        status=status,
-        clock=clock,
-        env=ApiEnvSource(api=server, host_ips=host_ips, allocatable=lambda: allocatable() or {}),
-        host_dns=host_dns,
-        host_ips=host_ips,
-        events=events,
-        volumes=volumes,
-        probes=prober,
-        cgroups=cgroups,
-        allocation=allocation_manager,
-    )
-    workers = PodWorkers(syncer=podsync)
-    sync_loop = SyncLoop(
+    pipeline = wire_pods(
         node_name=NODE,
-        events=sync_events,
-        source=cache,
-        workers=workers,
-        pleg=pleg,
-        podsync=podsync,
-        status=status,
         clock=clock,
-        allocatable=allocatable,
+        settings=SETTINGS,
+        runtime=runtime,
+        api=server,
+        pods_cache=cache,
+        static_pods=None,
+        get_node=lambda: node_cache.get(NODE),
+        node_ips=(HOST_IP,),
+        probe_io=ProbeIO(runtime=runtime, user_agent="kube-probe/1.36"),
+        host_dns=host_dns,
+        files=files,
+        volumes=volumes,
+        cgroups=cgroups,
+        allocation=allocation,
+        events=events,
         shutting_down=shutting_down,
-        event_sink=events,
         sysctls=sysctls,
     )
+    sync_loop, prober = pipeline.sync_loop, pipeline.prober
     stack = Stack(
         server,
         runtime,
         files,
-        status,
+        pipeline.status,
         sync_loop,
         prober,
-        workers,
-        podsync,
-        allocation=allocation_manager,
-        manager=manager,
+        pipeline.workers,
+        pipeline.podsync,
+        allocation=pipeline.allocation,
+        manager=pipeline.runtime,
     )
     for runner in (cache.run, node_cache.run, sync_loop.run, prober.run):
         stack.tasks.append(asyncio.create_task(runner()))

@@ -15,7 +15,7 @@ from nodeagent.apiserver import NODES, PODS
 from nodeagent.events import ObjectReference
 from nodeagent.eviction import EvictionManager, parse_thresholds
 from nodeagent.kuberuntime import CriUnavailable
-from nodeagent.pods.admission import AdmitResult
+from nodeagent.lifecycle.admission import AdmitResult
 from nodeagent.pods.managers import evict_pod
 from nodeagent.podspec import Pod
 from nodeagent.testing.fake_apiserver import FakeApiServer

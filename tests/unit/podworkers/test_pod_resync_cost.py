@@ -15,7 +15,7 @@ import pytest
 from pod_stack import NODE, Stack, until
 
 from nodeagent.apiserver import PODS
-from nodeagent.pods.sync import CONFIGMAPS
+from nodeagent.pods.envsource import CONFIGMAPS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container, pod_object
 

@@ -9,8 +9,9 @@ import pytest
 from nodeagent.clock import FrozenClock
 from nodeagent.config import Config
 from nodeagent.kuberuntime.env import ContainerConfigError, make_environment
+from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.managers import pod_managers
-from nodeagent.pods.sync import ALL_SERVICES, ApiEnvSource
+from nodeagent.pods.sync import ALL_SERVICES
 from nodeagent.podspec import decode_pod
 from nodeagent.testing.fake_apiserver import FakeApiServer
 

@@ -11,7 +11,7 @@ from pod_stack import NODE, Stack, running_stack, until
 
 from nodeagent.apiserver import PODS
 from nodeagent.events import ObjectReference
-from nodeagent.pods.admission import AdmitResult, admit_sysctls
+from nodeagent.lifecycle.admission import AdmitResult, admit_sysctls
 from nodeagent.podspec import Pod
 from nodeagent.sysctl import node_allowlist
 from nodeagent.testing.fake_apiserver import FakeApiServer

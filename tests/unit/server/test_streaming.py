@@ -18,11 +18,10 @@ from nodeagent.server.auth import AlwaysAllow
 from nodeagent.server.streaming import (
     BadOptions,
     StreamingDeps,
-    StreamOptions,
     forward_ports,
-    parse_head,
     stream_options,
 )
+from nodeagent.server.upgradeaware import StreamOptions
 from nodeagent.testing.fake_runtime import FakeRuntime
 
 UID = "uid-web"
@@ -50,20 +49,6 @@ def test_forward_ports() -> None:
         forward_ports(["x"])
     with pytest.raises(BadOptions, match="port 0 must be > 0"):
         forward_ports(["0"])
-
-
-def test_parse_head() -> None:
-    status, reason, headers = parse_head(
-        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nX-A: 1\r\nX-A: 2"
-    )
-    assert (status, reason, headers["upgrade"], headers.getall("x-a")) == (
-        101,
-        "Switching Protocols",
-        "SPDY/3.1",
-        ["1", "2"],
-    )
-    with pytest.raises(ValueError, match="malformed status line"):
-        parse_head(b"nonsense")
 
 
 class Backend:

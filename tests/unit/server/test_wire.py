@@ -8,7 +8,6 @@ import zlib
 import pytest
 
 from nodeagent.server import wire
-from nodeagent.server.streaming import Plan, StreamOptions, plan
 
 KEY = b"\x01\x02\x03\x04"
 
@@ -124,34 +123,6 @@ def test_data_and_ping_frames() -> None:
     ]
     with pytest.raises(wire.WireError, match="SPDY version 2"):
         wire.SpdyReader().feed(b"\x80\x02\x00\x06\x00\x00\x00\x04" + b"\x00" * 4)
-
-
-WS = {"Upgrade": "websocket"}
-IN = StreamOptions(stdin=True, stdout=True, stderr=False, tty=True)
-OUT = StreamOptions(stdin=False, stdout=True, stderr=True, tty=False)
-
-
-@pytest.mark.parametrize(
-    ("headers", "offered", "opts", "websockets", "want"),
-    [
-        ({"Upgrade": "SPDY/3.1"}, [], OUT, True, (Plan.SPLICE, [])),
-        (WS, ["v4.channel.k8s.io"], OUT, True, (Plan.SPLICE, [])),
-        (WS, ["v5.channel.k8s.io"], OUT, True, (Plan.V5_AS_V4, ["v4.channel.k8s.io"])),
-        (WS, ["v5.channel.k8s.io"], IN, True, (Plan.TRANSLATE, ["v4.channel.k8s.io"])),
-        (WS, ["v5.channel.k8s.io"], IN, False, (Plan.SPLICE, [])),
-        (WS, ["SPDY/3.1+portforward.k8s.io"], None, True, (Plan.TUNNEL, ["portforward.k8s.io"])),
-        (WS, ["v4.channel.k8s.io"], None, True, (Plan.SPLICE, [])),
-        (WS, ["SPDY/3.1+portforward.k8s.io"], None, False, (Plan.SPLICE, [])),
-    ],
-)
-def test_plan_follows_the_kubelet(
-    headers: dict[str, str],
-    offered: list[str],
-    opts: StreamOptions | None,
-    websockets: bool,
-    want: tuple[str, list[str]],
-) -> None:
-    assert plan(headers, offered, opts, websockets=websockets) == want
 
 
 RUNTIME_EXIT_7 = (

@@ -1,6 +1,7 @@
-"""The pods stack with static pods, wired as ``nodeagent.pods.managers`` wires it, over the fakes in
-virtual time: ``MemoryManifests`` for the manifest directory, ``FakeApiServer`` for the API
-(``None``: a standalone node) and ``FakeRuntime`` for containerd."""
+"""The pods stack with static pods over the fakes in virtual time, wired by the daemon's own
+``nodeagent.pods.managers.wire_pods``: ``MemoryManifests`` for the manifest directory,
+``FakeApiServer`` for the API (``None``: a standalone node) and ``FakeRuntime`` for
+containerd."""
 
 from __future__ import annotations
 
@@ -11,25 +12,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.apiserver import NODES, PODS, Api, WatchCache
+from nodeagent.apiserver import NODES, PODS, WatchCache
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_UID
-from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pods.pleg import GenericPleg
-from nodeagent.pods.sync import ApiEnvSource, PodSync
-from nodeagent.pods.syncloop import SyncEvents, SyncLoop, node_allocatable
-from nodeagent.pods.workers import PodWorkers
-from nodeagent.staticpods import (
-    FileSource,
-    MirrorIndex,
-    MirrorPods,
-    MirrorStatusApi,
-    NoApiServer,
-    PodSources,
-)
-from nodeagent.status import StatusManager
-from nodeagent.status.manager import PlainDeleter
+from nodeagent.pods.managers import wire_pods
+from nodeagent.pods.syncloop import SyncLoop
+from nodeagent.staticpods import FileSource, MirrorStatusApi
 from nodeagent.testing.fake_apiserver import FakeApiServer, LoopClock
 from nodeagent.testing.fake_manifests import DIRECTORY, MemoryManifests
 from nodeagent.testing.fake_runtime import FakeRuntime
@@ -102,7 +91,6 @@ async def static_stack(
     server: FakeApiServer | None, runtime: FakeRuntime, manifests: MemoryManifests
 ) -> AsyncIterator[Stack]:
     clock = LoopClock()
-    api: Api = server if server is not None else NoApiServer()
     source = FileSource(path=DIRECTORY, node_name=NODE, clock=clock, reader=manifests)
     pods_cache = node_cache = None
     if server is not None:
@@ -112,59 +100,27 @@ async def static_stack(
     def get_node() -> dict[str, Any] | None:
         return node_cache.get(NODE) if node_cache is not None else None
 
-    mirror_status = MirrorStatusApi(
-        api=api,
-        statics=source,
-        mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
-    )
-    status = StatusManager(api=mirror_status, deleter=PlainDeleter(api=server))
-
     async def host_dns() -> ResolvConf:
         return ResolvConf(servers=("192.0.2.53",))
 
-    events = SyncEvents()
-    pleg = GenericPleg(runtime=runtime, on_event=events.pleg_event)
-    manager = RuntimeManager(
-        runtime=runtime,
-        images=runtime,
-        settings=SETTINGS,
-        clock=clock,
-        files=MemoryFiles(),
-        relisted=pleg.listed,
-    )
-    podsync = PodSync(
-        runtime=manager,
-        status=status,
-        clock=clock,
-        env=ApiEnvSource(api=api, host_ips=lambda: (), allocatable=dict),
-        host_dns=host_dns,
-        host_ips=lambda: (),
-    )
-    workers = PodWorkers(syncer=podsync)
-    sync_loop = SyncLoop(
+    pipeline = wire_pods(
         node_name=NODE,
-        events=events,
-        source=PodSources(source, *([pods_cache] if pods_cache is not None else [])),
-        workers=workers,
-        pleg=pleg,
-        podsync=podsync,
-        status=status,
         clock=clock,
-        allocatable=lambda: node_allocatable(get_node()),
+        settings=SETTINGS,
+        runtime=runtime,
+        api=server,
+        pods_cache=pods_cache,
+        static_pods=source,
+        get_node=get_node,
+        host_dns=host_dns,
+        files=MemoryFiles(),
+        allocation=False,
     )
+    sync_loop, mirror_status = pipeline.sync_loop, pipeline.mirror_status
+    assert mirror_status is not None
     runners: list[Callable[[], Any]] = [source.run, sync_loop.run]
-    if server is not None and pods_cache is not None and node_cache is not None:
-        mirrors = MirrorPods(
-            api=server,
-            deleter=PlainDeleter(api=server),
-            node_name=NODE,
-            statics=source,
-            api_pods=pods_cache,
-            get_node=get_node,
-            terminating=workers.known,
-            deliver_statuses=mirror_status.deliver_pending,
-        )
-        runners = [pods_cache.run, node_cache.run, *runners, mirrors.run]
+    if pods_cache is not None and node_cache is not None and pipeline.mirrors is not None:
+        runners = [pods_cache.run, node_cache.run, *runners, pipeline.mirrors.run]
     stack = Stack(server, runtime, manifests, source, mirror_status, sync_loop)
     for runner in runners:
         stack.tasks.append(asyncio.create_task(runner()))

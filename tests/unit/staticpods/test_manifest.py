@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nodeagent.pods.qos import is_critical_pod
 from nodeagent.podspec import decode_pod
+from nodeagent.qos import is_critical_pod
 from nodeagent.staticpods import ManifestError, parse_manifest, static_pod
 
 PATH = "/etc/kubernetes/manifests/web.yaml"

@@ -23,7 +23,7 @@ from nodeagent.stats.node import (
     vmstat,
 )
 from nodeagent.stats.resource import render
-from nodeagent.stats.summary import StatsProvider, nano_cores
+from nodeagent.stats.summary import StatsProvider
 from nodeagent.testing.fake_runtime import FakeRuntime
 
 STAT = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 100 5 50 1000 20 3 2 1 0 0\nbtime 1764000000\n"
@@ -46,13 +46,6 @@ def test_proc_parsing() -> None:
     assert sample.working_set == 5_000_000 * 1024
     assert (sample.page_faults, sample.major_page_faults) == (42, 7)
     assert sample.boot_time == 1764000000
-
-
-def test_nano_cores_from_two_samples() -> None:
-    assert nano_cores(None, (10, 10)) is None
-    assert nano_cores((0, 0), (2_000_000_000, 1_000_000_000)) == 500_000_000  # half a core
-    assert nano_cores((5, 10), (5, 20)) is None
-    assert nano_cores((0, 20), (1, 10)) is None  # counter went back (a restart)
 
 
 class Node:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.podspec import Pod, PodSpecError
-from nodeagent.podvalidation import decode_checked_pod
+from nodeagent.podspec import Pod, PodSpecError, decode_checked_pod
 from nodeagent.testing.pods import container, pod, pod_object
 from nodeagent.volumemanager import layout
 

@@ -1,21 +1,12 @@
-"""The subset of core/v1 Pod the node agent reads, decoded once at the API edge.
-
-``decode_pod(obj)`` turns the JSON of a Pod into frozen ``msgspec`` structs with the API's
+"""The subset of core/v1 Pod the node agent reads, as frozen ``msgspec`` structs with the API's
 field names (camelCase on the wire, snake_case here) and the apiserver's defaults filled in for
 what a bare object may lack. The previous ``status`` stays raw JSON: the status code reads a few
-fields of it and writes a whole new one.
-
-Decoding also checks, with the apiserver's wording, what the agent itself builds paths and
-runtime requests from: the pod's name (DNS-1123 subdomain), namespace (DNS-1123 label) and UID,
-container names (DNS-1123 labels, at most 63 characters) and ports' ``hostIP``. The apiserver
-already refuses such pods; static pods and any future source must not depend on that.
+fields of it and writes a whole new one. Decoding is :mod:`.decode`'s, the checks
+:mod:`.validation`'s.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import re
 from typing import Any, Final, NewType
 
 import msgspec
@@ -25,58 +16,6 @@ PodUID = NewType("PodUID", str)
 DEFAULT_TERMINATION_GRACE_PERIOD: Final = 30
 MIRROR_POD_ANNOTATION: Final = "kubernetes.io/config.mirror"
 CONFIG_SOURCE_ANNOTATION: Final = "kubernetes.io/config.source"
-
-
-DNS1123_LABEL_MAX: Final = 63
-DNS1123_SUBDOMAIN_MAX: Final = 253
-_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL: Final = re.compile(_LABEL)
-_DNS1123_SUBDOMAIN: Final = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_UID: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,126}[A-Za-z0-9])?")
-LABEL_MESSAGE: Final = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-    f"regex used for validation is '{_LABEL}')"
-)
-SUBDOMAIN_MESSAGE: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
-    f"regex used for validation is '{_LABEL}(\\.{_LABEL})*')"
-)
-SHOWN_VALUE_MAX: Final = 80
-
-
-class PodSpecError(msgspec.ValidationError):
-    """A pod the agent must not run: ``field`` is the path (``spec.containers[0].name``),
-    ``message`` the apiserver's ``Invalid value: "<value>": <why>``. ``str()`` has msgspec's
-    shape (``<message> - at `$.<field>```), so callers handle both alike."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(f"{message} - at `$.{field}`")
-
-
-def show_value(value: object) -> str:
-    """A value as it appears in an error: JSON-quoted strings, cut at 80 characters."""
-    text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= SHOWN_VALUE_MAX else text[: SHOWN_VALUE_MAX - 3] + "..."
-
-
-def invalid(field: str, value: object, why: str) -> PodSpecError:
-    return PodSpecError(field, f"Invalid value: {show_value(value)}: {why}")
-
-
-def dns1123_label_problem(value: str) -> str | None:
-    if len(value) > DNS1123_LABEL_MAX:
-        return f"must be no more than {DNS1123_LABEL_MAX} characters"
-    return None if _DNS1123_LABEL.fullmatch(value) else LABEL_MESSAGE
-
-
-def dns1123_subdomain_problem(value: str) -> str | None:
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
-    return None if _DNS1123_SUBDOMAIN.fullmatch(value) else SUBDOMAIN_MESSAGE
 
 
 class _S(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
@@ -452,22 +391,6 @@ class EphemeralContainer(Container, frozen=True):
     target_container_name: str = ""
 
 
-def ephemeral_forbidden_field(container: EphemeralContainer) -> str | None:
-    """The first field of ``container`` the apiserver refuses on an ephemeral container
-    (ports, probes, lifecycle, resources), else None."""
-    for field, present in (
-        ("ports", bool(container.ports)),
-        ("livenessProbe", container.liveness_probe is not None),
-        ("readinessProbe", container.readiness_probe is not None),
-        ("startupProbe", container.startup_probe is not None),
-        ("lifecycle", container.lifecycle is not None),
-        ("resources", bool(container.resources.limits or container.resources.requests)),
-    ):
-        if present:
-            return field
-    return None
-
-
 class Sysctl(_S, frozen=True):
     name: str
     value: str
@@ -535,7 +458,7 @@ class PodSpec(_S, frozen=True):
     host_aliases: tuple[HostAlias, ...] = ()
     hostname_override: str | None = None
     # Read only so that admission can refuse them by name (nodeagent does not implement them
-    # yet, and a pod must never run as if they were absent): see pods/admission.unsupported.
+    # yet, and a pod must never run as if they were absent): see lifecycle/admission.unsupported.
     resources: dict[str, Any] | None = None
     readiness_gates: tuple[dict[str, Any], ...] = ()
     active_deadline_seconds: int | None = None
@@ -572,117 +495,6 @@ class Pod(_S, frozen=True):
     @property
     def is_mirror(self) -> bool:
         return MIRROR_POD_ANNOTATION in self.metadata.annotations
-
-
-def _keep_other_volume_sources(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with each volume's unrecognised sources copied under ``other``."""
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        return obj
-    volumes = spec.get("volumes")
-    if not isinstance(volumes, list) or not volumes:
-        return obj
-    kept = []
-    for volume in volumes:
-        other = (
-            {k: v for k, v in volume.items() if k not in ("name", *SUPPORTED_VOLUME_SOURCES)}
-            if isinstance(volume, dict)
-            else {}
-        )
-        kept.append({**volume, "other": other} if other else volume)
-    return {**obj, "spec": {**spec, "volumes": kept}}
-
-
-def decode_pod(obj: dict[str, Any]) -> Pod:
-    """A Pod from its JSON; raises ``msgspec.ValidationError`` naming the bad field
-    (:class:`PodSpecError` for a name, UID or ``hostIP`` the agent refuses)."""
-    pod = msgspec.convert(_keep_other_volume_sources(obj), Pod, strict=False)
-    check_identity(pod)
-    return pod
-
-
-def check_identity(pod: Pod) -> None:
-    """Raise :class:`PodSpecError` unless every name the agent builds paths from is safe."""
-    meta = pod.metadata
-    if meta.name and (problem := dns1123_subdomain_problem(meta.name)):
-        raise invalid("metadata.name", meta.name, problem)
-    if problem := dns1123_label_problem(meta.namespace):
-        raise invalid("metadata.namespace", meta.namespace, problem)
-    if meta.uid and (not _UID.fullmatch(meta.uid) or ".." in meta.uid):
-        raise invalid(
-            "metadata.uid", meta.uid, "must be letters, digits, '-', '_' or '.', without '..'"
-        )
-    if pod.spec.security_context is not None:
-        _check_seccomp("spec.securityContext", pod.spec.security_context.seccomp_profile)
-    for key, containers in (
-        ("initContainers", pod.spec.init_containers),
-        ("containers", pod.spec.containers),
-        ("ephemeralContainers", pod.spec.ephemeral_containers),
-    ):
-        for i, container in enumerate(containers):
-            where = f"spec.{key}[{i}]"
-            if container.security_context is not None:
-                profile = container.security_context.seccomp_profile
-                _check_seccomp(f"{where}.securityContext", profile)
-            if not container.name:
-                raise PodSpecError(f"{where}.name", "Required value")
-            if problem := dns1123_label_problem(container.name):
-                raise invalid(f"{where}.name", container.name, problem)
-            for j, port in enumerate(container.ports):
-                if port.host_ip and not _is_ip(port.host_ip):
-                    raise invalid(
-                        f"{where}.ports[{j}].hostIP",
-                        port.host_ip,
-                        IP_MESSAGE,
-                    )
-    _check_host_aliases(pod.spec.host_aliases)
-
-
-IP_MESSAGE: Final = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
-
-
-def _check_host_aliases(aliases: tuple[HostAlias, ...]) -> None:
-    """Each alias becomes a line of the pod's /etc/hosts: only an IP address and host names
-    may get there (the apiserver's ``validateHostAliases``; static pods are not checked by it)."""
-    for i, alias in enumerate(aliases):
-        where = f"spec.hostAliases[{i}]"
-        if not alias.ip:
-            raise PodSpecError(f"{where}.ip", "Required value")
-        if not _is_ip(alias.ip):
-            raise invalid(f"{where}.ip", alias.ip, IP_MESSAGE)
-        for j, hostname in enumerate(alias.hostnames):
-            if problem := dns1123_subdomain_problem(hostname):
-                raise invalid(f"{where}.hostnames[{j}]", hostname, problem)
-
-
-SECCOMP_TYPES: Final = ("RuntimeDefault", "Unconfined", "Localhost")
-
-
-def _check_seccomp(where: str, profile: SeccompProfile | None) -> None:
-    if profile is None:
-        return
-    if profile.type not in SECCOMP_TYPES:
-        supported = ", ".join(f'"{t}"' for t in SECCOMP_TYPES)
-        raise PodSpecError(
-            f"{where}.seccompProfile.type",
-            f"Unsupported value: {show_value(profile.type)}: supported values: {supported}",
-        )
-    local = profile.localhost_profile
-    field = f"{where}.seccompProfile.localhostProfile"
-    if profile.type == "Localhost" and not local:
-        raise PodSpecError(field, "Required value: must be set when seccomp type is Localhost")
-    if profile.type != "Localhost" and local is not None:
-        raise invalid(field, local, "can only be set when seccomp type is Localhost")
-    if local and (local.startswith("/") or ".." in local.split("/")):
-        raise invalid(field, local, "must be a relative path without '..'")
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def format_pod(pod: Pod) -> str:
