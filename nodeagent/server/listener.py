@@ -196,6 +196,7 @@ class Listener:
         self.open = 0
         """Connections accepted and not yet closed (in their handshake or served)."""
         self.refused = 0
+        self._full = False
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -228,9 +229,11 @@ class Listener:
     def _accept(self) -> asyncio.Protocol:
         if self.open >= self._max:
             self.refused += 1
-            self._log.v(2).info(
-                "Refused a connection: too many open", open=self.open, limit=self._max
-            )
+            if not self._full:  # once per time the cap is reached, not per connection
+                self._full = True
+                self._log.warning(
+                    "Refusing connections: too many open", open=self.open, limit=self._max
+                )
             return _Refused()
         self.open += 1
         if self._ssl is None:
@@ -239,6 +242,9 @@ class Listener:
 
     def _release(self) -> None:
         self.open -= 1
+        if self._full and self.open < self._max:
+            self._full = False
+            self._log.info("Accepting connections again", open=self.open, refused=self.refused)
 
     def _handler(self) -> BoundedRequestHandler:
         return BoundedRequestHandler(
