@@ -43,9 +43,11 @@ from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.nodestatus.metrics import describe_node
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.podcidr import PodCIDRManager
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
@@ -189,6 +191,7 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     """Wire the managers for ``config``. The only place that knows every manager."""
     notifier = Notifier.from_environ(environ)
     node = settings_from_config(config, hostname=hostinfo.hostname())
+    describe_node(node.node_name, cgroup_version=2 if _cgroup_v2() else 1)
     managers: list[Manager] = []
     if api_server_mode(node):
         managers += _node_managers(node, config=config)
@@ -281,13 +284,9 @@ def node_stats(
     config: Config, *, pods: PodManagers, clock: Clock, node_name: str
 ) -> tuple[StatsProvider, CgroupStats]:
     """The Summary provider and, on a cgroup v2 host, the cgroup sampler behind it."""
-    try:
-        v2 = cgroups.host_cgroup_fs() == "cgroup2"
-    except OSError:
-        v2 = False
     sampler = CgroupStats(
         clock=clock,
-        enabled=v2,
+        enabled=_cgroup_v2(),
         interval=config.kubelet.housekeeping_interval.seconds,
         limits_generation=pods.limits_generation,
     )
@@ -301,6 +300,13 @@ def node_stats(
         pod_logs_dir=config.kubelet.pod_logs_dir,
     )
     return stats, sampler
+
+
+def _cgroup_v2() -> bool:
+    try:
+        return cgroups.host_cgroup_fs() == "cgroup2"
+    except OSError:
+        return False
 
 
 def eviction_manager(
@@ -547,6 +553,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         events=events,
         node_events=events,
         shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
+        network_errors=runtime.network_errors,
     )
     shutdown = _shutdown_manager(
         config, node, clock=clock, pods=pods, on_change=status.poke, events=events
@@ -559,6 +566,17 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
+    )
+
+    def pod_cidr_applied() -> None:  # the kubelet's fastStatusUpdateOnce
+        runtime.poke()
+        status.poke()
+
+    podcidr = PodCIDRManager(
+        node_name=node.node_name,
+        node_cache=node_cache,
+        update=pods.connection.update_runtime_config,
+        on_change=pod_cidr_applied,
     )
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     stats, sampler = node_stats(config, pods=pods, clock=clock, node_name=node.node_name)
@@ -584,6 +602,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        podcidr,
         shutdown,
         sampler,
         eviction,

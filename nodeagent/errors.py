@@ -1,15 +1,66 @@
 """The one error tree of nodeagent.
 
-Every error the agent raises on purpose derives from :class:`AgentError`::
+Every error that reports a failure of the agent's own work or of a component it talks to
+derives from :class:`AgentError`, so a caller can tell them from a bug's exception::
 
     AgentError
-    ├── ConfigError            bad configuration file or flag (names the field path and value)
-    ├── ManagerCrashed         a manager's run() raised; carries the manager name
-    ├── ApiError               kube-apiserver (NotFound, Conflict, Forbidden, Gone, ...)   [planned]
-    ├── CriError               container runtime over CRI                                [planned]
-    ├── LogindError            logind over D-Bus                                         [planned]
-    ├── NftError               nftables transactions (NotFound, Exists)                  [planned]
-    └── CgroupError            cgroupfs and PSI files                                    [planned]
+    ├── ConfigError              bad configuration file or flag (names the field path and value)
+    ├── ManagerCrashed           a manager's run() raised; carries the manager name
+    ├── ApiError                 kube-apiserver (apiserver.errors)
+    │   ├── BadRequest, Unauthorized, Forbidden, NotFound, Gone, Invalid, TooManyRequests,
+    │   │   ServerError, Timeout, TransportError
+    │   ├── Conflict
+    │   │   └── AlreadyExists
+    │   └── LeaseUpdateFailed    every try of one Lease renewal failed (nodelease)
+    ├── CriError                 container runtime over CRI (kuberuntime.errors)
+    │   └── CriNotFound, CriUnavailable, CriDeadlineExceeded, CriUnimplemented, CriUnknown,
+    │       CriVersionError
+    ├── NftError                 nftables transactions (nft.errors)
+    │   └── NotFound, Exists, Busy, InvalidTransaction
+    ├── LogindError              logind over D-Bus (logind.client)
+    │   └── BusGone              the system bus connection is lost
+    ├── DbusError                systemd over D-Bus (systemd.dbus)
+    ├── CgroupError              a cgroupfs write or rmdir (cm.cgroupfs); also an OSError
+    ├── ReservedEnforcementError  a reserved cgroup cannot be enforced (cm.manager)
+    ├── MountError               mount/umount of a volume (volumemanager.mounter)
+    ├── ImageGCError             an image GC pass that failed or freed too little (gc.images)
+    ├── ConntrackError           the conntrack tool failed (proxy.conntrack)
+    ├── PluginError              a credential plugin's run failed (credentialprovider.plugin)
+    ├── JoinError                `nodeagent join` refused or failed (join.token)
+    │   └── SignatureMissing     cluster-info not yet signed for the token: retried (join.verify)
+    ├── CertificateError         a client CSR denied, failed or not fitting our key (certificate)
+    ├── IsolatedError            the certificate helper process failed (certificate.isolated)
+    ├── ServingCertError         a serving CSR denied, failed or not fitting (server.servingcert)
+    └── ServerError              the kubelet API cannot listen or load its cert (server.manager)
+
+Outside the tree, deliberately:
+
+- Bad input, as ``ValueError`` (or msgspec's ``ValidationError``): the code that raises them
+  parses, beside ``int()``, ``ipaddress`` and msgspec that raise ``ValueError`` for the same
+  input, so one ``except ValueError`` takes both; each becomes a message (a waiting reason,
+  an Event, an HTTP 400, a log line) where it is caught: kuberuntime.env.ContainerConfigError,
+  kuberuntime.dns.PodDNSError, kuberuntime.cgroupdriver.UnknownCgroupDriver,
+  podspec.validation.PodSpecError, prober.prober.PortError, staticpods.manifest.ManifestError,
+  yamlshape.ShapeError (with yamlshape.TooBig, yamlshape.NotRegularFile),
+  containerlogs.options.LogOptionsError, server.streaming.BadOptions, server.wire.WireError,
+  volumemanager.content.writer.InvalidPath, apiserver.patch.JsonPatchError (the fake
+  apiserver's JSON patch), config.credentialproviders.ProviderConfigError (the plugin
+  configuration file), credentialprovider.dockerconfig.DockerConfigError (a pull secret's
+  content), kuberuntime.pullrecords.RecordError (a pull record file on disk).
+- A result carried from a helper to its caller in the same manager, already worded as the
+  kubelet's message or status, never reported as an error of its own:
+  kuberuntime.images.ImageFailure (a container failure and when to retry),
+  kuberuntime.hooks.HookError (the error part of a hook's message),
+  containerlogs.service.LogRequestError (an HTTP status and text),
+  volumemanager.content.errors.VolumeSetupError (``MountVolume.SetUp failed`` text),
+  volumemanager.subpath.SubPathEscape (a subPath that leaves its volume: the container's error),
+  nodestatus.setters.AddressError (the node's address problem, a Ready message),
+  config.problem.Invalid (problems not yet located; load turns them into ConfigError),
+  prober.http._HttpError (private to the HTTP probe),
+  kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
+  credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
+  the plugin requires: the pull goes on without that plugin's credentials).
+- A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and
 chained with ``raise ... from ...``.

@@ -39,6 +39,7 @@ from nodeagent.apiserver import (
     TransportError,
 )
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
 
@@ -162,10 +163,6 @@ class _Posted:
     monotonic: float
 
 
-def _time(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class TokenBucket:
     """``burst`` tokens, one more every ``refill`` seconds of loop time."""
 
@@ -279,7 +276,7 @@ class EventRecorder:
 
     async def _post(self, event: _Pending, now: float) -> None:
         seen = self._posted.get(event.key)
-        stamp = _time(event.at)
+        stamp = rfc3339(event.at)
         if seen is not None and now - seen.monotonic < CORRELATION_WINDOW:
             try:
                 await self._api.patch(

@@ -12,17 +12,18 @@ Behaviour (the kubelet's ``component-helpers/apimachinery/lease`` controller):
 - The Lease carries an ownerReference to the Node. Getting the Node is part of building the
   Lease, so no Lease is created or updated before the Node exists.
 - Transport failures or timeouts on the second and later tries call ``on_repeated_failure``
-  (the agent closes the HTTP/2 connection so the next try dials afresh).
+  (the agent drops every API connection, ``ApiClient.reset_connections``, so the next try
+  dials afresh).
 
-It depends on nothing but the API, so it keeps renewing while other managers are busy; the
-agent starts it first so it is stopped last.
+It depends on nothing but the API, so it keeps renewing while other managers are busy and
+through a graceful node shutdown; the agent starts it right after the API client, so it is
+stopped just before it, after every other manager.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import random
 from collections.abc import Awaitable, Callable
 
@@ -40,6 +41,7 @@ from nodeagent.apiserver import (
     jittered,
 )
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339_micro
 from nodeagent.log import Logger, get_logger
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -50,11 +52,6 @@ MAX_UPDATE_RETRIES = 5
 BACKOFF_INITIAL = 0.2
 BACKOFF_CAP = 7.0
 REQUEST_TIMEOUT = 10.0
-
-
-def micro_time(t: dt.datetime) -> str:
-    """metav1.MicroTime: RFC 3339 in UTC with microseconds."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseUpdateFailed(ApiError):
@@ -189,7 +186,7 @@ class NodeLeaseController:
             lease = copy.deepcopy(base)
         lease.setdefault("spec", {})
         lease["spec"]["leaseDurationSeconds"] = self._duration
-        lease["spec"]["renewTime"] = micro_time(self._clock.now())
+        lease["spec"]["renewTime"] = rfc3339_micro(self._clock.now())
         meta = lease.setdefault("metadata", {})
         if not meta.get("ownerReferences"):
             meta["ownerReferences"] = [await self._node_owner_reference()]

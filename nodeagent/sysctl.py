@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from nodeagent.gotext import quote
+
 FORBIDDEN_REASON: Final = "SysctlForbidden"
 MAX_LENGTH: Final = 253
 
@@ -129,7 +131,7 @@ class Allowlist:
         for pattern in patterns:
             problem = pattern_problem(pattern)
             if problem is not None:
-                raise ValueError(f"sysctl {_quote(pattern)} {problem}")
+                raise ValueError(f"sysctl {quote(pattern)} {problem}")
             name, star, _ = normalize_name(pattern).partition("*")
             namespace = namespace_of(name)
             assert namespace is not None  # pattern_problem checked it
@@ -144,17 +146,12 @@ class Allowlist:
         if namespace is None:
             namespace = next((ns for p, ns in self.prefixes if name.startswith(p)), None)
         if namespace is None:
-            return f"{_quote(name)} not allowlisted"
+            return f"{quote(name)} not allowlisted"
         if (namespace == "IPC" and host_ipc) or (namespace == "Net" and host_network):
-            return f"{_quote(name)} not allowed with host {namespace} enabled"
+            return f"{quote(name)} not allowed with host {namespace} enabled"
         return None
 
 
 def node_allowlist(kernel_release: str, allowed_unsafe: Iterable[str]) -> Allowlist:
     """The kubelet's: the safe sysctls of this kernel plus ``allowedUnsafeSysctls``."""
     return Allowlist.build((*safe_sysctls(kernel_release), *allowed_unsafe))
-
-
-def _quote(text: str) -> str:
-    """Go's ``%q`` for the names that pass validation (printable ASCII)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

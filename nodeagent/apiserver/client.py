@@ -4,8 +4,9 @@ Every watch has a TCP connection of its own and requests share a keep-alive pool
 as client-go's reflectors and requests are carried when HTTP/2 is off. Nothing is multiplexed:
 on one HTTP/2 connection httpcore2 (2.16.2) lets a frame meant for one stream sit unread while
 another stream's reader waits on the socket, so a watch event arrived 54-58 s late whenever
-five watches shared the connection (issue 11; ``bench/api_transport.py`` measures it, and
-``docs/dependencies.md`` records the choice).
+five watches shared the connection (``bench/api_transport.py`` measures it,
+``tests/integration/test_api_transport.py`` guards it, ``docs/dependencies.md`` records the
+choice).
 
 ``ApiClient`` implements :class:`nodeagent.apiserver.interface.Api`. It can be built before it
 has credentials (``endpoint=None``): calls then wait until :meth:`set_endpoint` is given one, so

@@ -19,12 +19,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
+from nodeagent.errors import AgentError
+
 T = TypeVar("T")
 
 TIMEOUT: Final = 60.0
 
 
-class IsolatedError(RuntimeError):
+class IsolatedError(AgentError):
     pass
 
 

@@ -17,14 +17,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+from nodeagent.errors import AgentError
+
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
 CONTROLLERS: Final = ("cpu", "memory", "pids")
 RMDIR_ATTEMPTS: Final = 10
 RMDIR_DELAY: Final = 0.05
 
 
-class CgroupError(OSError):
-    pass
+class CgroupError(AgentError, OSError):
+    """A cgroupfs write or rmdir failed; an ``OSError`` too, with its ``errno``."""
 
 
 def files_vanish_rmdir(directory: Path) -> None:

@@ -35,7 +35,6 @@ from nodeagent.cm.policy import (
     QosShare,
     ReservedCgroup,
     ResourceConfig,
-    go_quote_name,
     pod_resource_config,
     qos_configs_from,
     qos_share,
@@ -46,7 +45,9 @@ from nodeagent.cm.policy import (
 )
 from nodeagent.config import Config, features
 from nodeagent.config.units import parse_reserve_percentage
+from nodeagent.errors import AgentError
 from nodeagent.events import DiscardEvents, EventSink
+from nodeagent.gotext import quote_list
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings
 from nodeagent.kuberuntime.resources import SwapInputs, container_swap
 from nodeagent.kuberuntime.sandbox import (
@@ -87,7 +88,7 @@ class CmSettings:
     """``system-reserved`` / ``kube-reserved`` in ``enforceNodeAllocatable``, in that order."""
 
 
-class ReservedEnforcementError(Exception):
+class ReservedEnforcementError(AgentError):
     """A reserved cgroup could not be enforced: the kubelet refuses to start on this."""
 
 
@@ -234,14 +235,12 @@ class ContainerManager:
             enabled = set(file.read_text().split())
         except OSError as e:
             reason = os.strerror(e.errno or 0).lower()
-            where = go_quote_name(name)
+            where = quote_list(name)
             return f"could not read controllers for cgroup {where}: open {file}: {reason}"
         offered = set((self._fs.read("/", "cgroup.controllers") or "").split())
         missing = sorted(c for c in needed if c in offered and c not in enabled)
         if missing:
-            return (
-                f"cgroup {go_quote_name(name)} has some missing controllers: {', '.join(missing)}"
-            )
+            return f"cgroup {quote_list(name)} has some missing controllers: {', '.join(missing)}"
         return None
 
     def _qos_configs(self) -> QosConfigs:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.gotext import quote
 from nodeagent.kuberuntime.resources import (
     MAX_SHARES,
     MIN_SHARES,
@@ -377,7 +378,7 @@ class ReservedCgroup:
 
     def failure(self, error: str) -> str:
         """The kubelet's ``FailedNodeAllocatableEnforcement`` text (and its start error)."""
-        where = go_quote_string(self.cgroup)
+        where = quote(self.cgroup)
         return f"Failed to enforce {self.title} Cgroup Limits on {where}: {error}"
 
     def success(self) -> str:
@@ -430,16 +431,6 @@ def reserved_cgroup_name(cgroup: str, driver: str) -> list[str]:
         base = cgroup.rstrip("/").rsplit("/", 1)[-1].removesuffix(".slice")
         return [p.replace("_", "-") for p in base.split("-")] if base else []
     return [p for p in cgroup.split("/") if p]
-
-
-def go_quote_string(text: str) -> str:
-    """Go's ``%q`` of a string (enough for cgroup names: quotes and backslashes escaped)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def go_quote_name(parts: Iterable[str]) -> str:
-    """Go's ``%q`` of a ``CgroupName`` (a ``[]string``): ``["system"]``."""
-    return "[" + " ".join(go_quote_string(p) for p in parts) + "]"
 
 
 def swap_on_refusal(proc_swaps: str) -> str | None:

@@ -18,14 +18,18 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "GracefulNodeShutdownBasedOnPodPriority": True,
         "HostnameOverride": True,
         "ImageMaximumGCAge": True,
+        "ImageVolume": True,  # GA in 1.36: volumes[].image through the runtime
         "KubeletFineGrainedAuthz": True,
+        "KubeletEnsureSecretPulledImages": True,  # beta: pull records, credential checks
         "KubeletPSI": True,
+        "KubeletServiceAccountTokenForCredentialProviders": True,  # beta: plugin tokenAttributes
         "NodeDeclaredFeatures": True,
         "NodeSwap": True,
         "PSINodeCondition": False,  # alpha (KEP-5394): PSI contention node conditions
         "QOSReserved": False,  # alpha: qosReserved memory limits on the QoS cgroups
         "RotateKubeletServerCertificate": True,
         "SystemdWatchdog": True,
+        "TaintTolerationComparisonOperators": False,  # alpha: Lt/Gt tolerations at admission
     }
 )
 

@@ -12,7 +12,7 @@ import re
 from fractions import Fraction
 from typing import Final, final
 
-from nodeagent import quantity
+from nodeagent import gotext, quantity
 
 _NS_PER: Final = {
     "ns": 1,
@@ -125,40 +125,10 @@ class Duration:
         return self.nanoseconds / 1_000_000_000
 
     def __str__(self) -> str:
-        return format_go_duration(self.nanoseconds)
+        return gotext.duration(self.nanoseconds)
 
     def __repr__(self) -> str:
         return f"Duration({str(self)!r})"
-
-
-def _fraction(value: int, unit: int) -> str:
-    whole, rest = divmod(value, unit)
-    if not rest:
-        return str(whole)
-    digits = len(str(unit)) - 1
-    return f"{whole}.{rest:0{digits}d}".rstrip("0")
-
-
-def format_go_duration(ns: int) -> str:
-    """Go's ``time.Duration.String()``: ``0s``, ``300ms``, ``1.5s``, ``1m30s``, ``2h0m0s``."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    u = abs(ns)
-    if u < 1_000:
-        return f"{sign}{u}ns"
-    if u < 1_000_000:
-        return f"{sign}{_fraction(u, 1_000)}\u00b5s"
-    if u < 1_000_000_000:
-        return f"{sign}{_fraction(u, 1_000_000)}ms"
-    hours, rest = divmod(u, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    secs = _fraction(rest, 1_000_000_000)
-    if hours:
-        return f"{sign}{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{sign}{minutes}m{secs}s"
-    return f"{sign}{secs}s"
 
 
 QUANTITY_HELP: Final = "a quantity such as 100Mi, 1Gi, 500m, 2 or 1e3"

@@ -113,9 +113,3 @@ def fixed_timestamp(ts: bytes) -> bytes:
         end += 1
     digits = ts[dot + 1 : end]
     return ts[: dot + 1] + (digits + b"000000000")[:9] + ts[end:]
-
-
-def format_timestamp(moment: dt.datetime) -> bytes:
-    """A datetime in the runtime's form (UTC, nanosecond digits)."""
-    utc = moment.astimezone(dt.UTC)
-    return (utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond:06d}000Z").encode()

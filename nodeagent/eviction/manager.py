@@ -40,6 +40,7 @@ from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink, pod_reference
 from nodeagent.eviction import localstorage, policy
 from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import CriError
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, termination_grace_period
@@ -298,7 +299,7 @@ class EvictionManager:
                     else termination_grace_period(pod)
                 )
             message = policy.eviction_message(resource, pod, usage, actionable, observations)
-            now_text = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+            now_text = rfc3339(self._clock.now())
             condition = policy.disruption_condition(message, now_text, pod.metadata.generation)
             if await self._evict(pod, grace, message, condition):
                 return [pod]

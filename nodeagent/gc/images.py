@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from nodeagent.clock import Clock
+from nodeagent.errors import AgentError
 from nodeagent.events import EventSink
 from nodeagent.gc.files import FsStats, statvfs_stats
 from nodeagent.gc.imagepolicy import (
@@ -39,6 +40,7 @@ from nodeagent.gc.imagepolicy import (
     too_old,
     usage_percent,
 )
+from nodeagent.gc.metrics import IMAGES_COLLECTED
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
@@ -52,7 +54,7 @@ INVALID_DISK_CAPACITY: Final = "InvalidDiskCapacity"
 FsStatsReader = Callable[[str], Awaitable[FsStats]]
 
 
-class ImageGCError(Exception):
+class ImageGCError(AgentError):
     """A run of image GC that did not do its job; ``str()`` is the kubelet's text."""
 
 
@@ -147,10 +149,7 @@ class ImageGC:
     async def garbage_collect(self, *, began: float) -> ImageGCResult:
         result = ImageGCResult()
         now = self._clock.now().timestamp()
-        listed = [listed_image(i) for i in await self._images.list_images()]
-        in_use = images_in_use(listed, await self._in_use_refs())
-        self._records = detect(self._records, listed, in_use=in_use, now=now)
-        candidates = eviction_order(self._records.values(), in_use=in_use)
+        candidates = await self._candidates(now)
 
         old = too_old(candidates, now=now, began=began, max_age=self._policy.max_age)
         errors = [e for e in [await self._remove(r, result, "age") for r in old] if e]
@@ -210,10 +209,7 @@ class ImageGC:
         (the kubelet's ``DeleteUnusedImages``)."""
         result = ImageGCResult()
         now = self._clock.now().timestamp()
-        listed = [listed_image(i) for i in await self._images.list_images()]
-        in_use = images_in_use(listed, await self._in_use_refs())
-        self._records = detect(self._records, listed, in_use=in_use, now=now)
-        candidates = eviction_order(self._records.values(), in_use=in_use)
+        candidates = await self._candidates(now)
         errors = [
             e
             for r in space_candidates(candidates, now=now, min_age=self._policy.min_age)
@@ -225,6 +221,15 @@ class ImageGC:
                 f"{aggregate(errors)}"
             )
         return result
+
+    async def _candidates(self, now: float) -> list[ImageRecord]:
+        """The images present now, recorded with when they were first seen and last used,
+        in the order they are removed (the kubelet's ``detectImages`` then the eviction
+        order); images in use and pinned ones are left out."""
+        listed = [listed_image(i) for i in await self._images.list_images()]
+        in_use = images_in_use(listed, await self._in_use_refs())
+        self._records = detect(self._records, listed, in_use=in_use, now=now)
+        return eviction_order(self._records.values(), in_use=in_use)
 
     async def _image_fs(self) -> tuple[int, int]:
         filesystems = (await self._images.image_fs_info()).image_filesystems
@@ -252,6 +257,7 @@ class ImageGC:
         except CriError as e:
             self._log.error("Failed to remove image", image_id=record.id, error=str(e))
             return e.status_text
+        IMAGES_COLLECTED.labels(reason).inc()
         self._records.pop(record.id, None)
         result.removed.append(record.id)
         result.freed += record.size

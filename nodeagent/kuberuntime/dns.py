@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from nodeagent.gotext import quote
 from nodeagent.kuberuntime import types as cri
-from nodeagent.kuberuntime.hooks import go_quote
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.podspec import Pod, dns1123_label_problem, dns1123_subdomain_problem
 
@@ -130,9 +130,7 @@ def _truncated(pod: Pod, hostname: str) -> str:
         return hostname
     truncated = hostname[:MAX_HOSTNAME].rstrip("-.")
     if not truncated:
-        raise PodDNSError(
-            f"hostname for pod {go_quote(pod.name)} was invalid: {go_quote(hostname)}"
-        )
+        raise PodDNSError(f"hostname for pod {quote(pod.name)} was invalid: {quote(hostname)}")
     return truncated
 
 
@@ -149,14 +147,14 @@ def pod_hostname(
         override = spec.hostname_override
         if problem := dns1123_subdomain_problem(override):
             raise PodDNSError(
-                f"pod HostnameOverride {go_quote(override)} is not a valid DNS subdomain: {problem}"
+                f"pod HostnameOverride {quote(override)} is not a valid DNS subdomain: {problem}"
             )
         return _truncated(pod, override), ""
     hostname = pod.name
     if spec.hostname:
         if problem := dns1123_label_problem(spec.hostname):
             raise PodDNSError(
-                f"pod Hostname {go_quote(spec.hostname)} is not a valid DNS label: {problem}"
+                f"pod Hostname {quote(spec.hostname)} is not a valid DNS label: {problem}"
             )
         hostname = spec.hostname
     hostname = _truncated(pod, hostname)
@@ -164,7 +162,7 @@ def pod_hostname(
     if spec.subdomain:
         if problem := dns1123_label_problem(spec.subdomain):
             raise PodDNSError(
-                f"pod Subdomain {go_quote(spec.subdomain)} is not a valid DNS label: {problem}"
+                f"pod Subdomain {quote(spec.subdomain)} is not a valid DNS label: {problem}"
             )
         domain = f"{spec.subdomain}.{pod.namespace}.svc.{cluster_domain}"
     return hostname, domain

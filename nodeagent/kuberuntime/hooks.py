@@ -26,7 +26,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.gotext import join_list, quote
 from nodeagent.kuberuntime.errors import CriError
+from nodeagent.kuberuntime.metrics import LIFECYCLE_HTTP_FALLBACKS
 from nodeagent.kuberuntime.service import RuntimeService
 from nodeagent.podspec import Container, HTTPGetAction, LifecycleHandler, Pod, format_pod
 
@@ -42,54 +44,28 @@ LIFECYCLE_HTTP_FALLBACK: Final = "LifecycleHTTPFallback"
 HTTP_CONNECT_TIMEOUT: Final = 10.0
 
 
-def go_quote(text: str) -> str:
-    """A string as Go's ``%q`` prints it (double quotes, backslash escapes)."""
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x10000:
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def go_list(items: Sequence[str]) -> str:
-    """A ``[]string`` as Go's ``%v`` prints it: ``[sh -c exit 1]``."""
-    return "[" + " ".join(items) + "]"
-
-
 def exec_failure_message(
-    pod: Pod, container: Container, command: Sequence[str], error: str, output: str
+    pod: Pod, container: Container, command: Sequence[str], error: str, output: str | bytes
 ) -> str:
+    """``output`` is quoted as Go quotes ``string(output)``: invalid UTF-8 byte by byte."""
     return (
-        f"Exec lifecycle hook ({go_list(command)}) for Container {go_quote(container.name)} "
-        f"in Pod {go_quote(format_pod(pod))} failed - error: {error}, message: "
-        f"{go_quote(output)}"
+        f"Exec lifecycle hook ({join_list(command)}) for Container {quote(container.name)} "
+        f"in Pod {quote(format_pod(pod))} failed - error: {error}, message: "
+        f"{quote(output)}"
     )
 
 
 def http_failure_message(pod: Pod, container: Container, path: str, error: str) -> str:
     return (
-        f"HTTP lifecycle hook ({path}) for Container {go_quote(container.name)} in Pod "
-        f"{go_quote(format_pod(pod))} failed - error: {error}"
+        f"HTTP lifecycle hook ({path}) for Container {quote(container.name)} in Pod "
+        f"{quote(format_pod(pod))} failed - error: {error}"
     )
 
 
 def sleep_failure_message(pod: Pod, container: Container, seconds: int, error: str) -> str:
     return (
-        f"Sleep lifecycle hook ({seconds}) for Container {go_quote(container.name)} in Pod "
-        f"{go_quote(format_pod(pod))} failed - error: {error}"
+        f"Sleep lifecycle hook ({seconds}) for Container {quote(container.name)} in Pod "
+        f"{quote(format_pod(pod))} failed - error: {error}"
     )
 
 
@@ -281,10 +257,10 @@ class HookRunner:
             return exec_failure_message(pod, container, command, e.status_text, "")
         if response.exit_code == 0:
             return None
-        stdout = response.stdout.decode(errors="replace")
         stderr = response.stderr.decode(errors="replace")
         error = exec_error(command, response.exit_code, stderr)
-        return exec_failure_message(pod, container, command, error, stdout + stderr)
+        output = response.stdout + response.stderr
+        return exec_failure_message(pod, container, command, error, output)
 
     async def _http_get(
         self,
@@ -307,6 +283,7 @@ class HookRunner:
                 await self._http(as_plain_http(target))
             except (OSError, TimeoutError, HookError, ValueError):
                 return http_failure_message(pod, container, action.path, go_dial_error(target, e))
+            LIFECYCLE_HTTP_FALLBACKS.inc()
             if on_fallback is not None:
                 on_fallback(http_fallback_message(target))
         except (OSError, TimeoutError, HookError, ValueError) as e:

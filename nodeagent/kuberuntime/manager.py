@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
-from nodeagent.kuberuntime import etchosts
+from nodeagent.kuberuntime import etchosts, metrics
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
 from nodeagent.kuberuntime.backoff import Backoff
@@ -32,6 +32,7 @@ from nodeagent.kuberuntime.dns import PodDNSError
 from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import HookRunner
+from nodeagent.kuberuntime.images import ImageOptions, SecretsLoader, no_secrets, once
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
 from nodeagent.kuberuntime.podfiles import Files, PodFiles
@@ -79,10 +80,12 @@ class RuntimeManager:
         hooks: HookRunner | None = None,
         relisted: RelistView | None = None,
         log: Logger | None = None,
+        image_options: ImageOptions | None = None,
     ) -> None:
         """``cgroup_driver``: the driver the runtime uses (the connection asks it once);
         ``settings.cgroup_driver`` is used as it is when omitted. ``relisted``: the PLEG's
-        view of its last relist (without it every ``pod_state`` asks the runtime)."""
+        view of its last relist (without it every ``pod_state`` asks the runtime).
+        ``image_options``: how images are pulled (parallelism, credentials, pull records)."""
 
         def wall() -> float:
             return clock.now().timestamp()
@@ -103,6 +106,7 @@ class RuntimeManager:
             backoff=backoff or Backoff(now=wall),
             hooks=hooks or HookRunner(runtime=runtime),
             log=self._log,
+            image_options=image_options,
         )
         self._relisted = relisted
         self._states: dict[str, tuple[float, PodRuntimeState]] = {}
@@ -208,13 +212,15 @@ class RuntimeManager:
         startup: StartupResults | None = None,
         failed_probes: Mapping[str, str] | None = None,
         resize_restarts: Mapping[str, str] | None = None,
+        pull_secrets: SecretsLoader = no_secrets,
     ) -> SyncResult:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
         ``startup``: the startup probes' results by container id; ``failed_probes``
         (container ID -> ``liveness``/``startup``) names the containers the prober condemned.
         ``inputs``: the containers' environment inputs, or how to get them: asked only when a
-        container is to start (a periodic sync of a running pod fetches none)."""
+        container is to start (a periodic sync of a running pod fetches none); so are the
+        ``pull_secrets`` (once per sync, and only when an image needs credentials)."""
         result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(
             pod, state, failed_probes, startup=startup, resize_restarts=resize_restarts
@@ -286,9 +292,15 @@ class RuntimeManager:
         # The kubelet's step 5: ephemeral containers first, so that a debug container runs
         # even while an init container keeps failing.
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
+        secrets = once(pull_secrets)
+        image_volumes = None
+        if any(v.image is not None for v in pod.spec.volumes):
+            image_volumes = await self._containers.ensure_image_volumes(
+                pod, sandbox_config, result, secrets
+            )
 
-        async def start(container: Container) -> bool:
-            return await self._containers.start_container(
+        async def start(container: Container, kind: str) -> bool:
+            started = await self._containers.start_container(
                 pod,
                 container,
                 state=state,
@@ -297,28 +309,36 @@ class RuntimeManager:
                 inputs=env,
                 result=result,
                 volumes=volumes or NoVolumes(),
+                pull_secrets=secrets,
+                image_volumes=image_volumes,
             )
+            failure = None if started else result.failures.get(container.name)
+            metrics.count_start(kind, failure.reason if failure is not None else None)
+            return started
 
         for name in actions.ephemeral_containers_to_start:
-            await start(ephemeral[name])
+            await start(ephemeral[name], metrics.EPHEMERAL_CONTAINER)
         by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
         for name in actions.init_containers_to_start:
             container = by_name[name]
-            started = await start(container)
+            started = await start(container, metrics.INIT_CONTAINER)
             if not started and not is_sidecar(container):
                 return result  # a failed init container: nothing after it starts
         for name in actions.containers_to_start:
-            await start(by_name[name])
+            await start(by_name[name], metrics.CONTAINER)
         return result
 
     async def _create_sandbox(
         self, pod: Pod, config: cri.PodSandboxConfig, result: SyncResult
     ) -> tuple[str, Sequence[str]] | None:
+        metrics.STARTED_PODS.inc()
         try:
             await self._files.ensure_dir(config.log_directory)
-            sandbox_id = await self._runtime.run_pod_sandbox(config, self._settings.runtime_handler)
+            sandbox_id = await self._run_pod_sandbox(config)
             status = (await self._runtime.pod_sandbox_status(sandbox_id)).status
         except (CriError, OSError) as e:
+            if not pod.deleted:  # a pod deleted while its sandbox was made: no real error
+                metrics.STARTED_PODS_ERRORS.inc()
             text = e.status_text if isinstance(e, CriError) else str(e)
             message = f"Failed to create pod sandbox: {text}"
             result.sandbox_error = ContainerFailure(CREATE_POD_SANDBOX_ERROR, message)
@@ -341,6 +361,18 @@ class RuntimeManager:
             ip=record.ip,
         )
         return sandbox_id, record.ips
+
+    async def _run_pod_sandbox(self, config: cri.PodSandboxConfig) -> str:
+        handler = self._settings.runtime_handler
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            return await self._runtime.run_pod_sandbox(config, handler)
+        except CriError:
+            metrics.RUN_PODSANDBOX_ERRORS.labels(handler).inc()
+            raise
+        finally:
+            metrics.RUN_PODSANDBOX_DURATION.labels(handler).observe(loop.time() - began)
 
     # --- in-place resize -----------------------------------------------------------------
 

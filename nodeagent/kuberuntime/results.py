@@ -67,34 +67,3 @@ class SyncResult:
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
-
-
-def go_duration(seconds: float) -> str:
-    """A duration truncated to milliseconds, as Go prints ``d.Truncate(time.Millisecond)``:
-    ``0s``, ``523ms``, ``1.5s``, ``2m3.004s``, ``1h0m0s``."""
-    millis = max(0, int(seconds * 1000))
-    if millis == 0:
-        return "0s"
-    if millis < 1000:
-        return f"{millis}ms"
-    whole, frac = divmod(millis, 1000)
-    minutes, secs = divmod(whole, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = f"{secs}.{frac:03d}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{minutes}m{text}"
-    return text
-
-
-def go_seconds(seconds: float) -> str:
-    """A whole number of seconds as Go prints a Duration: ``10s``, ``1m20s``, ``5m0s``."""
-    total = round(seconds)
-    minutes, secs = divmod(total, 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"

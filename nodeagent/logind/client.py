@@ -22,6 +22,8 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
+from nodeagent.errors import AgentError
+
 LOGIND: Final = "org.freedesktop.login1"
 LOGIND_PATH: Final = "/org/freedesktop/login1"
 LOGIND_MANAGER: Final = "org.freedesktop.login1.Manager"
@@ -35,7 +37,7 @@ SHUTDOWN_MATCH: Final = (
 )
 
 
-class LogindError(Exception):
+class LogindError(AgentError):
     """A D-Bus call failed (no system bus, logind not running, access denied, ...)."""
 
 

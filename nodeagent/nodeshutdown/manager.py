@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, EventSink
+from nodeagent.gotext import duration_seconds, rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.logind import BusGone, Logind, LogindError
 from nodeagent.nodeshutdown import metrics
@@ -132,7 +133,7 @@ class NodeShutdownManager:
         await self._restore_metrics()
         self._log.info(
             "Creating node shutdown manager",
-            shutdown_grace_period_requested=f"{total_seconds(self._groups)}s",
+            shutdown_grace_period_requested=duration_seconds(total_seconds(self._groups)),
             groups=",".join(f"{g.priority}:{g.seconds}s" for g in self._groups),
         )
         try:
@@ -188,8 +189,8 @@ class NodeShutdownManager:
             path = await asyncio.to_thread(write_dropin, self._dropin_dir, wanted)
             self._log.info(
                 "Raising logind InhibitDelayMaxSec",
-                current=f"{current:g}s",
-                wanted=f"{wanted:g}s",
+                current=duration_seconds(current),
+                wanted=duration_seconds(wanted),
                 dropin=str(path),
             )
             await self._logind.reload_logind()
@@ -199,7 +200,7 @@ class NodeShutdownManager:
         self._last_error = ""
         self._log.info(
             "Node shutdown manager started: holding a delay inhibitor lock",
-            inhibit_delay_max=f"{current:g}s",
+            inhibit_delay_max=duration_seconds(current),
         )
         while True:
             shutting_down = await self._logind.next_event()
@@ -261,7 +262,7 @@ class NodeShutdownManager:
         metrics.START_TIME.set(started.timestamp())
         metrics.END_TIME.set(0)
         await self._save(started, None)
-        now = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339(started)
         groups = group_pods(self._groups, list(self._active_pods()))
         for group, pods in zip(self._groups, groups, strict=True):
             if not pods:

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from nodeagent.config.schema_kubelet import KubeletConfiguration
+from nodeagent.gotext import duration_seconds, rfc3339
 from nodeagent.podspec import Pod
 
 DEFAULT_PRIORITY: Final = 0  # DefaultPriorityWhenNoDefaultClassExists
@@ -113,13 +114,13 @@ def dropin_text(seconds: float) -> str:
 def update_failed_message(attempts: int, wanted: float, current: float) -> str:
     return (
         f"node shutdown manager was timed out after {attempts} attempts waiting for logind "
-        f"InhibitDelayMaxSec to update to {go_seconds(wanted)} (ShutdownGracePeriod), current "
-        f"value is {go_seconds(current)}"
+        f"InhibitDelayMaxSec to update to {duration_seconds(wanted)} (ShutdownGracePeriod), "
+        f"current value is {duration_seconds(current)}"
     )
 
 
-def go_seconds(seconds: float) -> str:
-    """A whole or fractional number of seconds as Go prints a ``time.Duration``."""
+def seconds_text(seconds: float) -> str:
+    """The plan's own unit, seconds as ``InhibitDelayMaxSec=`` is written: ``90s``, ``1.5s``."""
     if seconds == int(seconds):
         return f"{int(seconds)}s"
     return f"{seconds:g}s"
@@ -156,16 +157,12 @@ def disrupted_status(
 # --- state file -----------------------------------------------------------------------------
 
 
-def _rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def encode_state(start: datetime | None, end: datetime | None) -> bytes:
     zero = "0001-01-01T00:00:00Z"
     return json.dumps(
         {
-            "startTime": _rfc3339(start) if start else zero,
-            "endTime": _rfc3339(end) if end else zero,
+            "startTime": rfc3339(start) if start else zero,
+            "endTime": rfc3339(end) if end else zero,
         }
     ).encode()
 
@@ -250,5 +247,5 @@ def render_plan(planned: Sequence[PlannedGroup], *, inhibit_delay_max: float | N
             if total <= inhibit_delay_max
             else "too short: the agent raises it with a drop-in when it starts"
         )
-        lines.append(f"logind InhibitDelayMaxSec: {go_seconds(inhibit_delay_max)} ({verdict})")
+        lines.append(f"logind InhibitDelayMaxSec: {seconds_text(inhibit_delay_max)} ({verdict})")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from nodeagent import config
 from nodeagent.errors import ConfigError
+from nodeagent.gotext import parse_rfc3339
 from nodeagent.nodestatus.report import STATE_FILE
 
 EXIT_OK = 0
@@ -76,18 +77,9 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def _parse(text: object) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def ago(text: object, now: dt.datetime) -> str:
     """``<time> (5s ago)`` / ``(in 3d)``; ``never`` when absent."""
-    t = _parse(text)
+    t = parse_rfc3339(text)
     if t is None:
         return "never"
     seconds = (now - t).total_seconds()

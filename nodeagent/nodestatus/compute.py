@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from nodeagent import __version__
 from nodeagent.apiserver import Obj
+from nodeagent.gotext import rfc3339
 from nodeagent.hostinfo import HostInfo, HostNetwork, IPAddress
 from nodeagent.nodestatus import setters
 from nodeagent.nodestatus.setters import Event, Pressure, RuntimeStatus
@@ -33,10 +34,6 @@ def kubelet_version(agent_version: str = __version__) -> str:
     in version precedence, as k3s's ``+k3s1``) names nodeagent and its own version.
     """
     return f"{KUBERNETES_VERSION}+nodeagent.{agent_version}"
-
-
-def metav1_time(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +73,7 @@ def compute_node(
     status = node.setdefault("status", {})
     events: list[Event] = []
     problems: list[str] = []
-    now = metav1_time(facts.now)
+    now = rfc3339(facts.now)
 
     try:
         status["addresses"] = setters.node_addresses(

@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent import __version__
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339
 from nodeagent.log import Logger, get_logger
 
 STATE_FILE: Final = "node-state.json"
@@ -32,10 +33,6 @@ class CertFacts(Protocol):
     def not_before(self) -> dt.datetime: ...
     @property
     def not_after(self) -> dt.datetime: ...
-
-
-def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -74,7 +71,7 @@ class NodeReport:
         status = node.get("status") or {}
         info = status.get("nodeInfo") or {}
         self._update(
-            lastStatusReport=_iso(self._clock.now()),
+            lastStatusReport=rfc3339(self._clock.now()),
             conditions=status.get("conditions") or [],
             addresses=status.get("addresses") or [],
             kubeletVersion=info.get("kubeletVersion", ""),
@@ -100,8 +97,8 @@ class NodeReport:
             if info is None
             else {
                 "subject": info.subject,
-                "notBefore": _iso(info.not_before),
-                "notAfter": _iso(info.not_after),
+                "notBefore": rfc3339(info.not_before),
+                "notAfter": rfc3339(info.not_after),
             }
         )
 
@@ -119,7 +116,7 @@ class NodeReport:
             await asyncio.sleep(MIN_WRITE_INTERVAL)
 
     async def write(self) -> None:
-        self._state["writtenAt"] = _iso(self._clock.now())
+        self._state["writtenAt"] = rfc3339(self._clock.now())
         text = json.dumps(self._state, indent=2, sort_keys=True) + "\n"
         try:
             await asyncio.to_thread(write_atomically, self.path, text)

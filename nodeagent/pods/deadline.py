@@ -13,20 +13,11 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Final
 
+from nodeagent.gotext import parse_rfc3339
 from nodeagent.podspec import Pod
 
 REASON: Final = "DeadlineExceeded"
 MESSAGE: Final = "Pod was active on the node longer than the specified deadline"
-
-
-def _parse(text: object) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def start_time(previous: Mapping[str, Any] | None, pod: Pod) -> str | None:
@@ -40,7 +31,7 @@ def seconds_left(pod: Pod, started: str | None, now: dt.datetime) -> float | Non
     allowed = pod.spec.active_deadline_seconds
     if allowed is None:
         return None
-    start = _parse(started)
+    start = parse_rfc3339(started)
     if start is None:
         return None
     return allowed - (now - start).total_seconds()

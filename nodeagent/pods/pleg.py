@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.gotext import duration_seconds
 from nodeagent.kuberuntime import CriError, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_NAME, POD_NAMESPACE, POD_UID
@@ -34,6 +35,7 @@ from nodeagent.kuberuntime.runtime_state import (
     Listing,
 )
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
 
 RELIST_PERIOD: Final = 1.0
 RELIST_THRESHOLD: Final = 180.0
@@ -77,12 +79,6 @@ _CONTAINER: Final = {
     cri.CONTAINER_RUNNING: _State.RUNNING,
     cri.CONTAINER_EXITED: _State.EXITED,
 }
-
-
-def _go_duration(seconds: float) -> str:
-    minutes, secs = divmod(seconds, 60)
-    text = f"{secs:.9f}".rstrip("0").rstrip(".") + "s"
-    return f"{int(minutes)}m{text}" if minutes else text
 
 
 def events_for(uid: str, cid: str, old: _State, new: _State) -> list[PodLifecycleEvent]:
@@ -181,8 +177,8 @@ class GenericPleg:
         since = asyncio.get_running_loop().time() - self._last_relist
         if since > self._threshold:
             return (
-                f"PLEG is not healthy: pleg was last seen active {_go_duration(since)} ago; "
-                f"threshold is {_go_duration(self._threshold)}"
+                f"PLEG is not healthy: pleg was last seen active {duration_seconds(since)} ago; "
+                f"threshold is {duration_seconds(self._threshold)}"
             )
         return None
 
@@ -192,7 +188,10 @@ class GenericPleg:
             await asyncio.sleep(self._period)
 
     async def relist(self) -> None:
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self._relist_started is not None:
+            metrics.PLEG_RELIST_INTERVAL.observe(started - self._relist_started)
         try:
             sandboxes = await self._runtime.list_pod_sandbox()
             containers = await self._runtime.list_containers()
@@ -201,7 +200,10 @@ class GenericPleg:
                 self._log.error("PLEG: Ignoring events because relist failed", error=str(e))
                 self._failing = True
             return
+        finally:
+            metrics.PLEG_RELIST_DURATION.observe(loop.time() - started)
         self._failing = False
+        metrics.running(sandboxes, containers)
         current = group(sandboxes, containers)
         for uid in current.keys() | self._pods.keys():
             old = self._pods.get(uid)

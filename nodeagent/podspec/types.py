@@ -285,12 +285,12 @@ SUPPORTED_VOLUME_SOURCES: Final = (
     "secret",
     "downwardAPI",
     "projected",
+    "image",
 )
 UNSUPPORTED_VOLUME_SOURCES: Final = (
     "persistentVolumeClaim",
     "csi",
     "ephemeral",
-    "image",
     "nfs",
     "iscsi",
     "rbd",
@@ -314,6 +314,28 @@ UNSUPPORTED_VOLUME_SOURCES: Final = (
 )
 
 
+class ImageVolumeSource(_S, frozen=True):
+    """``volumes[].image``: an OCI image (or artifact) mounted read-only by the runtime."""
+
+    reference: str = ""
+    pull_policy: str = ""
+
+    @property
+    def policy(self) -> str:
+        """The apiserver's default when unset: Always for ``:latest`` or no tag."""
+        if self.pull_policy:
+            return self.pull_policy
+        last = self.reference.rsplit("/", 1)[-1]
+        if "@" in last:
+            return "IfNotPresent"
+        tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
+        return "Always" if tag == "latest" else "IfNotPresent"
+
+
+class LocalObjectReference(_S, frozen=True):
+    name: str = ""
+
+
 class Volume(_S, frozen=True, forbid_unknown_fields=False):
     """One ``spec.volumes[]`` entry. The sources nodeagent can set up are typed; any other
     source is kept raw under ``other`` (its API name → its JSON) so the volume manager can
@@ -326,6 +348,7 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
     secret: SecretVolumeSource | None = None
     downward_api: DownwardAPIVolumeSource | None = msgspec.field(name="downwardAPI", default=None)
     projected: ProjectedVolumeSource | None = None
+    image: ImageVolumeSource | None = None
     other: dict[str, Any] = {}
 
     @property
@@ -339,6 +362,7 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
             ("secret", self.secret),
             ("downwardAPI", self.downward_api),
             ("projected", self.projected),
+            ("image", self.image),
         ):
             if value is not None:
                 return key
@@ -405,6 +429,7 @@ class PodSecurityContext(_S, frozen=True):
     fs_group_change_policy: str | None = None
     sysctls: tuple[Sysctl, ...] = ()
     seccomp_profile: SeccompProfile | None = None
+    supplemental_groups_policy: str | None = None
 
 
 class DNSOption(_S, frozen=True):
@@ -446,12 +471,16 @@ class PodSpec(_S, frozen=True):
     set_hostname_as_fqdn: bool | None = msgspec.field(name="setHostnameAsFQDN", default=None)
     node_name: str = ""
     service_account_name: str = ""
+    image_pull_secrets: tuple[LocalObjectReference, ...] = ()
     security_context: PodSecurityContext | None = None
     priority: int | None = None
     priority_class_name: str = ""
     runtime_class_name: str | None = None
     overhead: dict[str, str | int | float] = {}
     tolerations: tuple[dict[str, Any], ...] = ()
+    # Admission's general predicates read these as the scheduler's filters do.
+    node_selector: dict[str, str] = {}
+    affinity: dict[str, Any] | None = None
     os: PodOS | None = None
     enable_service_links: bool | None = None
     volumes: tuple[Volume, ...] = ()

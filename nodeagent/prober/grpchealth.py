@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from nodeagent.prober.outcome import ProbeOutcome, failure, go_duration, join_host_port, success
+from nodeagent.gotext import duration_seconds, quote
+from nodeagent.prober.outcome import ProbeOutcome, failure, join_host_port, success
 
 CHECK_METHOD: Final = "/grpc.health.v1.Health/Check"
 SERVING: Final = 1
@@ -90,13 +91,14 @@ HealthChecker = Callable[[str, int, str, float], Awaitable[GrpcCheck]]
 
 
 def grpc_outcome(check: GrpcCheck, *, addr: str, timeout: float) -> ProbeOutcome:
-    limit = go_duration(timeout)
+    limit = duration_seconds(timeout)
     if check.kind == "connect_timeout":
         return failure(
-            f'timeout: failed to connect service "{addr}" within {limit}: context deadline exceeded'
+            f"timeout: failed to connect service {quote(addr)} within {limit}: "
+            "context deadline exceeded"
         )
     if check.kind == "connect_error":
-        return failure(f'error: failed to connect service at "{addr}": {check.message}')
+        return failure(f"error: failed to connect service at {quote(addr)}: {check.message}")
     if check.kind == "rpc_error":
         if check.code == "Unimplemented":
             return failure(
@@ -110,14 +112,8 @@ def grpc_outcome(check: GrpcCheck, *, addr: str, timeout: float) -> ProbeOutcome
         )
     if check.status != SERVING:
         name = STATUS_NAMES.get(check.status, str(check.status))
-        return failure(f'service unhealthy (responded with "{name}")')
+        return failure(f"service unhealthy (responded with {quote(name)})")
     return success("service healthy")
-
-
-def _go_code(code: object) -> str:
-    """``grpc.StatusCode.DEADLINE_EXCEEDED`` -> ``DeadlineExceeded``."""
-    name = getattr(code, "name", str(code))
-    return "".join(part.capitalize() for part in name.split("_"))
 
 
 def grpc_checker(user_agent: str) -> HealthChecker:
@@ -127,6 +123,8 @@ def grpc_checker(user_agent: str) -> HealthChecker:
         import asyncio
 
         import grpc
+
+        from nodeagent.kuberuntime.remote import go_code_name
 
         target = join_host_port(host, port)
         options = [("grpc.primary_user_agent", user_agent), ("grpc.enable_retries", 0)]
@@ -145,7 +143,8 @@ def grpc_checker(user_agent: str) -> HealthChecker:
             try:
                 status = await call(service, timeout=max(0.001, deadline - loop.time()))
             except grpc.aio.AioRpcError as e:
-                return GrpcCheck("rpc_error", code=_go_code(e.code()), message=e.details() or "")
+                code = go_code_name(e.code())
+                return GrpcCheck("rpc_error", code=code, message=e.details() or "")
             except ValueError as e:
                 return GrpcCheck("rpc_error", code="Internal", message=str(e))
             return GrpcCheck("status", status=int(status))

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from nodeagent.gotext import duration_seconds, quote
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriDeadlineExceeded, CriError
 from nodeagent.prober.outcome import (
@@ -26,23 +27,19 @@ class Execer(Protocol):
     ) -> cri.ExecSyncResponse: ...
 
 
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the printable text a command line is."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    return f'"{escaped}"'
-
-
 async def exec_probe(
     runtime: Execer, container_id: str, command: Sequence[str], seconds: int
 ) -> ProbeOutcome:
     """CRI ``ExecSync`` with the probe's timeout (``seconds``): exit code 0 is success,
     anything else a failure with stdout+stderr (10 KiB at most) as the output; a timeout is a
-    failure ``command "<cmd>" timed out``; any other CRI error an error."""
+    failure ``command timed out: "<cmd>" timed out after 1s`` (the CRI client's
+    ``ErrCommandTimedOut``, which the kubelet's exec prober returns as the output); any other CRI
+    error an error."""
     try:
         response = await runtime.exec_sync(container_id, command, seconds)
     except CriDeadlineExceeded:
-        return failure(f"command {go_quote(' '.join(command))} timed out")
+        limit = duration_seconds(seconds)
+        return failure(f"command timed out: {quote(' '.join(command))} timed out after {limit}")
     except CriError as e:
         return errored(e.status_text)
     output = capped(bytes(response.stdout) + bytes(response.stderr))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import math
 import random
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -34,6 +33,7 @@ from typing import Any, Final, Protocol
 
 from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
+from nodeagent.gotext import parse_rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, Probe
 from nodeagent.prober.metrics import PROBE_DURATION, PROBE_TOTAL, RESULTS
@@ -98,16 +98,6 @@ def raw_container_id(status: Status) -> str:
     """``containerd://abc`` -> ``abc``."""
     text = str(status.get("containerID") or "")
     return text.split("://", 1)[1] if "://" in text else text
-
-
-def _parse_time(text: str) -> dt.datetime | None:
-    """An RFC 3339 ``startedAt``; ``fromisoformat`` (C) rather than ``strptime``, which was
-    4 % of the agent's samples with 200 probes a second (docs/benchmarks.md)."""
-    try:
-        parsed = dt.datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 @dataclass(eq=False)
@@ -380,7 +370,7 @@ class ProberManager:
         if pod.deleted and worker.probe_type is not ProbeType.READINESS:
             cache.set(container_id, Result.SUCCESS, uid)  # a quiet shutdown
             return False
-        started_at = _parse_time(str(running.get("startedAt") or ""))
+        started_at = parse_rfc3339(running.get("startedAt"))
         if started_at is not None:
             since = (self._clock.now() - started_at).total_seconds()
             if int(since) < worker.spec.initial_delay_seconds:

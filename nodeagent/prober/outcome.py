@@ -69,14 +69,3 @@ def dial_error(addr: str, error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return f"dial tcp {addr}: connect: {error.strerror.lower()}"
     return f"dial tcp {addr}: {error}"
-
-
-def go_duration(seconds: float) -> str:
-    """A Duration as Go prints it: ``1s``, ``1.5s``, ``1m0s``."""
-    if seconds < 60:
-        text = f"{seconds:.3f}".rstrip("0").rstrip(".")
-        return f"{text}s"
-    total = round(seconds)
-    minutes, secs = divmod(total, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s"

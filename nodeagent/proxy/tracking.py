@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nodeagent.gotext import parse_rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.proxy.api import Obj, name_of, proxied_slice, service_of_slice
 from nodeagent.proxy.model import ServiceName
@@ -158,7 +159,7 @@ class ServiceTracker:
         self._trigger(changes, service, meta)
 
     def _trigger(self, changes: Changes, service: ServiceName, meta: dict[str, Any]) -> None:
-        when = _parse_time((meta.get("annotations") or {}).get(TRIGGER_TIME)) or changes.seen_at
+        when = parse_rfc3339((meta.get("annotations") or {}).get(TRIGGER_TIME)) or changes.seen_at
         if service not in changes.triggers or when < changes.triggers[service]:
             changes.triggers[service] = when
 
@@ -170,13 +171,3 @@ def _text(name: str) -> str:
 
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _parse_time(text: object) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)

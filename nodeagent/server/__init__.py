@@ -6,9 +6,34 @@ bearer token through TokenReview, anonymous only if enabled) and authorized
 ``healthzBindAddress:healthzPort``. Modules: :mod:`.attributes` (path -> authorization
 attributes, pure), :mod:`.auth` (authenticators, authorizers, caches), :mod:`.tls` (serving
 pair, TLS context), :mod:`.endpoints` (``/healthz``, ``/pods``, ``/configz``, ``/metrics``),
-:mod:`.streaming` (exec/attach/portForward proxy), :mod:`.app` (application factories),
-:mod:`.listener` (the socket: idle and head limits, a cap on connections), :mod:`.manager`
-(the manager the agent runs).
+:mod:`.streaming` (exec/attach/portForward proxy, with :mod:`.bridge` and :mod:`.wire`),
+:mod:`.servingcert`, :mod:`.app` (application factories), :mod:`.listener` (the socket: idle
+and head limits, a cap on connections), :mod:`.runningpods`, :mod:`.manager` (the manager the
+agent runs); :mod:`.service` wires them. API mode only.
+
+In: ``address:port`` (HTTPS) and ``healthzBindAddress:healthzPort`` (plain); the serving pair
+from ``tlsCertFile``, else ``serverTLSBootstrap`` (a kubelet-serving CSR, rotated), else
+self-signed in ``<rootDir>/pki`` (the pair and the CSRs made in a child process,
+``nodeagent.certificate.isolated``); client certificates checked against
+``authentication.x509.clientCAFile``, bearer tokens through TokenReview (cached ``cacheTTL``),
+SubjectAccessReview on ``nodes/<subresource>`` (cached); other packages' routes as
+:class:`Extension`.
+
+Out: ``/healthz`` (with ``ping``, ``log`` and ``syncloop`` from the sync loop's heartbeat),
+``/pods``, ``/runningpods/`` (from the runtime), ``/configz``, ``/metrics`` (the
+prometheus_client registry). ``/exec``, ``/attach``, ``/run`` and ``/portForward`` need
+``create`` whatever the transport (``node.streamingAuthorization``); ``/exec``, ``/attach``
+and ``/portForward`` ask CRI for the runtime's streaming URL (for the container the pod's
+newest status names running; the runtime's list when that is stale) and connect the client's
+upgraded connection to it from the transports' protocol callbacks (no queue or task per
+chunk): SPDY and WebSocket ``v4`` are spliced as they come. Since the node declares
+``ExtendWebSocketsToKubelet`` in ``status.declaredFeatures`` (the 1.36 kubelet's
+NodeDeclaredFeatures; gates ``ExtendWebSocketsToKubelet``, ``NodeDeclaredFeatures``), the
+apiserver passes kubectl's WebSockets through untouched and the node does the kubelet's
+translation: ``v5.channel.k8s.io`` with stdin to the runtime's SPDY streams (all SYN_STREAMs
+at once), ``v5`` without stdin as the runtime's own ``v4`` WebSocket (the same frames), a
+port-forward ``SPDY/3.1+portforward.k8s.io`` WebSocket unwrapped into the runtime's SPDY
+connection.
 
 Adding routes from another package
 ----------------------------------

@@ -25,6 +25,7 @@ from nodeagent.apiserver import CSRS, Api, ApiError, Backoff, Obj
 from nodeagent.certificate import csr, isolated
 from nodeagent.certificate.store import ensure_private_dir, write_private
 from nodeagent.clock import Clock
+from nodeagent.errors import AgentError
 from nodeagent.log import Logger, get_logger
 
 SIGNER: Final = "kubernetes.io/kubelet-serving"
@@ -220,5 +221,5 @@ class ServingCertificate:
         self._log.info("Serving certificate issued", csr=name, expires=info.not_after.isoformat())
 
 
-class ServingCertError(Exception):
+class ServingCertError(AgentError):
     pass

@@ -9,7 +9,9 @@ mirror client).
 - ``stores.py`` — :class:`PodSources`, the file source and the API source as one store for
   the sync loop;
 - ``mirror.py`` — which mirror pods to create and delete: pure; ``mirror_manager.py`` —
-  :class:`MirrorPods`, the manager that does it;
+  :class:`MirrorPods`, the manager that does it (API mode only): from the static pods and the
+  Node object, mirror pods created, recreated and deleted with the kubelet's annotations and
+  a Node ownerReference;
 - ``status.py`` — :class:`MirrorStatusApi`: a static pod's status goes to its mirror pod;
 - ``standalone.py`` — :class:`NoApiServer`, the API of a node without credentials.
 """

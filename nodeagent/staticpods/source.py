@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339_nano_fixed
 from nodeagent.log import Logger, get_logger
 from nodeagent.staticpods.manifest import (
     CONFIG_SEEN_ANNOTATION,
@@ -61,13 +62,6 @@ def decode_file(data: bytes, path: str, node_name: str) -> Decoded:
         return e
     except Exception as e:  # one file, whatever its content, never stops the others
         return unexpected(path, e)
-
-
-def seen_timestamp(clock: Clock) -> str:
-    """RFC 3339 with the fraction, trailing zeros dropped (Go's ``RFC3339Nano``)."""
-    now = clock.now()
-    fraction = f"{now.microsecond:06d}".rstrip("0")
-    return now.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
 
 
 class FileSource:
@@ -225,7 +219,8 @@ class FileSource:
         self._log.error(what, path=path, error=message, **fields)
 
     def _replace(self, pods: dict[str, dict[str, Any]], files: dict[str, str]) -> None:
-        now = seen_timestamp(self._clock)
+        # the kubelet stamps kubetypes.NewTimestamp().GetString(): RFC3339NanoFixed
+        now = rfc3339_nano_fixed(self._clock.now())
         for uid, pod in list(pods.items()):
             seen = self._seen.setdefault(uid, now)
             meta = pod["metadata"]

@@ -1,4 +1,4 @@
-"""The node's own figures from ``/proc`` and ``statvfs`` (cgroup v2 and PSI detail: issue 13).
+"""The node's own figures from ``/proc`` and ``statvfs`` (per-cgroup figures and PSI: ``cgroup``).
 
 Parsing is pure (text in, numbers out); :func:`read_node_sample` is the I/O edge, to be run in
 ``asyncio.to_thread``.

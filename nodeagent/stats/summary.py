@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import CriError, CriUnimplemented, RuntimeService
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE
@@ -50,7 +51,6 @@ from nodeagent.stats.summary_json import (
     nano_cores,
     node_json,
     pod_json,
-    rfc3339,
 )
 
 FIRST_SAMPLE_GAP: Final = 0.1

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import types as cri
 from nodeagent.stats.cgroup import CgroupSample, Psi, TreeSample
 from nodeagent.stats.disk import PodDisk, ephemeral_storage, fs_json
@@ -19,10 +20,6 @@ from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import FsSample, NodeSample
 
 Json = dict[str, Any]
-
-
-def rfc3339(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def from_ns(ns: int) -> dt.datetime:

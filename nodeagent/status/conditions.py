@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from nodeagent.gotext import join_list, quote
 from nodeagent.podspec import Pod
 
 Status = dict[str, Any]
@@ -37,10 +38,6 @@ KUBELET_CONDITIONS: Final = (
 
 def _find(statuses: Sequence[Status], name: str) -> Status | None:
     return next((s for s in statuses if s.get("name") == name), None)
-
-
-def _go_list(names: Sequence[str]) -> str:
-    return "[" + " ".join(names) + "]"
 
 
 def any_regular_container_started(pod: Pod, statuses: Sequence[Status]) -> bool:
@@ -167,9 +164,9 @@ def initialized(pod: Pod, statuses: Sequence[Status], phase: str) -> Status:
         return _condition("Initialized", True)
     messages = []
     if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+        messages.append(f"containers with unknown status: {join_list(unknown)}")
     if incomplete:
-        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
+        messages.append(f"containers with incomplete status: {join_list(incomplete)}")
     if messages:
         return _condition("Initialized", False, "ContainersNotInitialized", ", ".join(messages))
     return _condition("Initialized", True)
@@ -190,9 +187,9 @@ def containers_ready(pod: Pod, statuses: Sequence[Status], phase: str) -> Status
         return _condition("ContainersReady", False, "PodFailed")
     messages = []
     if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+        messages.append(f"containers with unknown status: {join_list(unknown)}")
     if unready:
-        messages.append(f"containers with unready status: {_go_list(unready)}")
+        messages.append(f"containers with unready status: {join_list(unready)}")
     if messages:
         return _condition("ContainersReady", False, "ContainersNotReady", ", ".join(messages))
     return _condition("ContainersReady", True)
@@ -209,19 +206,14 @@ def readiness_gate_messages(pod: Pod, conditions: Sequence[Status]) -> list[str]
         found = by_type.get(kind)
         if found is None:
             messages.append(
-                f"corresponding condition of pod readiness gate {_go_quote(kind)} does not exist."
+                f"corresponding condition of pod readiness gate {quote(kind)} does not exist."
             )
         elif found.get("status") != "True":
             messages.append(
-                f"the status of pod readiness gate {_go_quote(kind)} is not "
+                f"the status of pod readiness gate {quote(kind)} is not "
                 f'"True", but {found.get("status", "")}'
             )
     return messages
-
-
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` for the printable names a condition type can have."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def ready(

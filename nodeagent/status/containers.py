@@ -18,6 +18,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from nodeagent.gotext import SECOND, rfc3339
 from nodeagent.kuberuntime.actions import should_container_be_restarted
 from nodeagent.kuberuntime.results import ContainerFailure
 from nodeagent.kuberuntime.runtime_state import ContainerRecord, ContainerState, PodRuntimeState
@@ -33,20 +34,20 @@ WaitingReason = ContainerFailure
 """Why the last attempt to start a container failed (the kubelet's reason cache)."""
 
 
-def rfc3339(nanos: int) -> str:
-    moment = dt.datetime.fromtimestamp(nanos // 1_000_000_000, dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+def cri_time(nanos: int) -> str:
+    """A CRI time (Unix nanoseconds) as ``metav1.Time``."""
+    return rfc3339(dt.datetime.fromtimestamp(nanos // SECOND, dt.UTC))
 
 
 def _state(record: ContainerRecord, container_id: str, old: Status | None) -> Status:
     if record.state is ContainerState.RUNNING:
-        return {"running": {"startedAt": rfc3339(record.started_at)}}
+        return {"running": {"startedAt": cri_time(record.started_at)}}
     if record.state is ContainerState.EXITED:
         terminated: Status = {
             "exitCode": record.exit_code,
             "reason": record.reason,
-            "startedAt": rfc3339(record.started_at),
-            "finishedAt": rfc3339(record.finished_at),
+            "startedAt": cri_time(record.started_at),
+            "finishedAt": cri_time(record.finished_at),
             "containerID": container_id,
         }
         if record.message:

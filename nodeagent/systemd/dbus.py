@@ -13,6 +13,8 @@ from typing import Any, Final, Protocol
 from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
+from nodeagent.errors import AgentError
+
 SYSTEMD: Final = "org.freedesktop.systemd1"
 SYSTEMD_PATH: Final = "/org/freedesktop/systemd1"
 MANAGER: Final = "org.freedesktop.systemd1.Manager"
@@ -22,7 +24,7 @@ NO_SUCH_UNIT: Final = "org.freedesktop.systemd1.NoSuchUnit"
 __all__ = ["DbusError", "SystemdBus", "Variant"]
 
 
-class DbusError(Exception):
+class DbusError(AgentError):
     def __init__(self, name: str, text: str) -> None:
         super().__init__(f"{name}: {text}" if text else name)
         self.name = name

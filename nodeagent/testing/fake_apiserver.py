@@ -43,6 +43,7 @@ from nodeagent.apiserver.patch import (
 )
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.clock import Clock
+from nodeagent.gotext import rfc3339
 
 PASS: Final = object()
 EPOCH: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -409,7 +410,7 @@ class FakeApiServer:
         # Unique across servers, as a real apiserver's: integration tests share one containerd,
         # and a pod of the next test with the same UID would inherit the last one's containers.
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _rfc3339(self.clock.now())
+        meta["creationTimestamp"] = rfc3339(self.clock.now())
         body.setdefault("apiVersion", res.api_version)
         body.setdefault("kind", res.kind)
         return self._store(res, body, "ADDED")
@@ -563,7 +564,3 @@ def _field(obj: Obj, path: str) -> str:
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return "" if value is None else str(value)
-
-
-def _rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,2 +1,27 @@
 """The volume manager: each pod's volumes set up before its containers start, torn down after
-(``manager.py``); ``content/`` writes the files of API-sourced volumes."""
+(``manager.py``); ``content/`` writes the files of API-sourced volumes.
+
+Modules: ``manager.py``, ``layout.py`` (paths and the ``FailedMount`` text), ``hostpath.py``
+(the ``type`` check), ``subpath.py``, ``ownership.py`` (``fsGroup``), ``mounter.py``
+(``mount(8)``/``umount(8)``). In: each pod sync, before any container starts (the kubelet's
+``WaitForAttachAndMount``), the pod's ``spec.volumes``, node allocatable memory,
+``/proc/self/mountinfo``. Out:
+
+- ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` per volume: emptyDir on disk,
+  or on tmpfs for ``medium: Memory``; secret and projected on tmpfs (each tmpfs sized by the
+  smallest of the emptyDir's ``sizeLimit``, the pod's memory limit and node allocatable);
+  configMap and downwardAPI on disk; the files of all four rewritten each sync by
+  ``content/``; hostPath after its ``type`` check;
+- ``fsGroup`` ownership (``OnRootMismatch`` honoured);
+- CRI ``Mount``s per container: ``readonly``; propagation, a pod volume made a shared mount of
+  its own for ``HostToContainer``/``Bidirectional``; subPath/subPathExpr checked so no path
+  leaves the volume, then bind-mounted from an ``O_NOFOLLOW`` descriptor under
+  ``volume-subpaths/``; SELinux relabel off;
+- a volume that cannot be set up (or an unsupported source: PVC, CSI, ephemeral, image, ...)
+  keeps the pod in ``ContainerCreating`` with a ``FailedMount`` Event (``MountVolume.SetUp
+  failed for volume "x" : ...``), retried after 0.5 s doubling to 2 m 2 s;
+- after the pod's containers are gone every mount below the pod dir is unmounted and the
+  volumes removed (the whole dir once the pod has left the API), without following symlinks or
+  crossing mounts; housekeeping does the same for pod dirs no pod owns (agent restart,
+  ``kill -9`` mid-setup).
+"""

@@ -13,10 +13,12 @@ import asyncio
 from pathlib import Path
 from typing import Final, Protocol
 
+from nodeagent.errors import AgentError
+
 MOUNTINFO: Final = "/proc/self/mountinfo"
 
 
-class MountError(Exception):
+class MountError(AgentError):
     pass
 
 

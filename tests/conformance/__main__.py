@@ -40,8 +40,8 @@ from conformance import images, report, suite
 
 REPO = Path(__file__).resolve().parents[2]
 CI_SPECS = Path(__file__).with_name("ci-specs.txt")
-# The selection (issue 16): node conformance, and the network Services / Networking / DNS specs;
-# nothing serial, disruptive, slow, flaky or behind a feature.
+# The selection, the specs that judge a node: node conformance, and the network Services /
+# Networking / DNS specs; nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
 # Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of

@@ -1,4 +1,4 @@
-"""Bad input on the real containerd never takes the node down (issue 17).
+"""Bad input on the real containerd never takes the node down.
 
 1. ``nodeagent run`` as a process in standalone mode (no kubeconfig: the kubelet's standalone
    mode), its ``staticPodPath`` holding a malformed manifest (``annotations`` that is a list,

@@ -1,5 +1,5 @@
-"""Cluster DNS and stock image names on a nodeagent node, with the machinery ``make up`` uses
-(issue 16): CoreDNS built from its Go module and deployed as kubeadm does (``harness/coredns``),
+"""Cluster DNS and stock image names on a nodeagent node, with the machinery ``make up`` uses:
+CoreDNS built from its Go module and deployed as kubeadm does (``harness/coredns``),
 its image pulled through containerd's registry mirrors (``harness/mirrors``) from the local
 registry, the agent with ``clusterDNS``/``clusterDomain`` and its proxy in the root network
 namespace (as ``make up`` runs it) so pods reach ``kube-dns`` at its ClusterIP.

@@ -1,4 +1,4 @@
-"""Container resources through the downward API on a real node (issue 16), as the e2e specs
+"""Container resources through the downward API on a real node, as the e2e specs
 "Downward API should provide container's limits.cpu/memory and requests.cpu/memory as env
 vars" and "... default limits.cpu/memory from node allocatable" read them: the container
 prints its environment and its downwardAPI volume files, and ``kubectl logs`` shows them.

@@ -1,4 +1,4 @@
-"""The kubelet API on a nodeagent node (issue 12), through the real control plane and
+"""The kubelet API on a nodeagent node, through the real control plane and
 containerd: what ``kubectl exec/attach/port-forward/cp`` users see, the 401/403 answers of the
 node's own port, and the plain ``/healthz``.
 

@@ -139,7 +139,11 @@ async def test_exec_readiness_probe_passes_and_fails(node: Node) -> None:
     assert pod is not None and pod["status"]["phase"] == "Running"
     assert set(events(node, "exec", "Unhealthy")) == {
         ("bad", "Unhealthy", "Readiness probe failed: not ready yet\n"),
-        ("slow", "Unhealthy", 'Readiness probe failed: command "sleep 5" timed out'),
+        (
+            "slow",
+            "Unhealthy",
+            'Readiness probe failed: command timed out: "sleep 5" timed out after 1s',
+        ),
     }
     assert status_of(pod, "bad")["started"] is True
 

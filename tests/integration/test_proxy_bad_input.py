@@ -1,4 +1,4 @@
-"""Bad Services and EndpointSlices beside good ones, against the real ``nft`` (issue 17).
+"""Bad Services and EndpointSlices beside good ones, against the real ``nft``.
 
 The apiserver refuses such objects today, so they come from in-memory stores (objects stored
 before a validation rule existed look exactly like this to the proxy); the rules go through

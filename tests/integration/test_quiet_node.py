@@ -1,4 +1,4 @@
-"""Single changes on a quiet node reach it at once (issue 11): the whole agent, as ``make up``
+"""Single changes on a quiet node reach it at once: the whole agent, as ``make up``
 runs it (every manager on, the proxy programming its own network namespace's ``ip nodeagent``),
 against the real control plane and containerd.
 

@@ -1,4 +1,4 @@
-"""Pod sysctls on a real node (issue 16): the kubelet's sysctl admission and the sysctls that
+"""Pod sysctls on a real node: the kubelet's sysctl admission and the sysctls that
 reach the sandbox.
 
 The whole agent (``nodeagent run``) on the real control plane and containerd, with

@@ -19,11 +19,11 @@ The kubelet's rules kept here:
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from nodeagent.gotext import quote
 from nodeagent.kuberuntime.env import ContainerConfigError, EnvInputs, resource_value
 from nodeagent.podspec import (
     ConfigMapVolumeSource,
@@ -34,6 +34,7 @@ from nodeagent.podspec import (
     SecretVolumeSource,
     ServiceAccountTokenProjection,
     Volume,
+    volume_objects,
 )
 from nodeagent.volumemanager.content.errors import VolumeSetupError, aggregate
 from nodeagent.volumemanager.content.writer import FileProjection
@@ -85,19 +86,10 @@ def token_key(projection: ServiceAccountTokenProjection) -> TokenKey:
 
 
 def references(volume: Volume) -> References:
-    config_maps: set[str] = set()
-    secrets: set[str] = set()
+    config_maps, secrets = volume_objects(volume)
     tokens: set[TokenKey] = set()
-    if volume.config_map is not None:
-        config_maps.add(volume.config_map.name)
-    if volume.secret is not None:
-        secrets.add(volume.secret.secret_name)
     if volume.projected is not None:
         for source in volume.projected.sources:
-            if source.config_map is not None:
-                config_maps.add(source.config_map.name)
-            if source.secret is not None:
-                secrets.add(source.secret.name)
             if source.service_account_token is not None:
                 tokens.add(token_key(source.service_account_token))
     return References(frozenset(config_maps), frozenset(secrets), frozenset(tokens))
@@ -165,30 +157,9 @@ def secret_payload(
 # --- downward API -----------------------------------------------------------------------------
 
 
-def go_quote(text: str) -> str:
-    """``text`` as Go's ``%q`` writes it (printable characters kept, others escaped)."""
-    out = ['"']
-    named = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    named |= {"\v": "\\v", "\\": "\\\\", '"': '\\"'}
-    for ch in text:
-        code = ord(ch)
-        if ch in named:
-            out.append(named[ch])
-        elif ch == " " or (ch.isprintable() and unicodedata.category(ch) != "Zs"):
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
 def format_map(values: Mapping[str, str]) -> str:
     """Labels or annotations as the kubelet's ``fieldpath.FormatMap``: sorted ``k="v"`` lines."""
-    return "\n".join(f"{key}={go_quote(values[key])}" for key in sorted(values))
+    return "\n".join(f"{key}={quote(values[key])}" for key in sorted(values))
 
 
 def _subscript(field_path: str) -> tuple[str, str] | None:

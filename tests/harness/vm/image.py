@@ -36,8 +36,9 @@ SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"  # what the CI host's apt sources use
 DISK_SIZE = "8G"
 KEEP_IMAGES = 2
-# What the guest needs besides the .deb's own Depends (issue 7: systemd, journald, logind, D-Bus,
-# cgroup v2, swap, nftables, containerd, runc, CNI plugins, python3 for the guest agent).
+# What the guest needs besides the .deb's own Depends, for what the system tests exercise:
+# systemd, journald, logind, D-Bus, cgroup v2, swap, nftables, containerd, runc, CNI plugins,
+# python3 for the guest agent.
 BASE_PACKAGES = (
     "linux-image-amd64",
     "initramfs-tools",

@@ -1,4 +1,4 @@
-"""Issue 17: a YAML error in the bootstrap kubeconfig must not put the token in any log line."""
+"""A YAML error in the bootstrap kubeconfig must not put the token in any log line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 17: private files are created fresh 0600, never through a symlink; pki/ is 0700."""
+"""Private files are created fresh 0600, never through a symlink; pki/ is 0700."""
 
 from __future__ import annotations
 

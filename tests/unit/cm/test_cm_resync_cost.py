@@ -1,4 +1,4 @@
-"""What a resync of unchanged pods costs the container manager, counted (issue 14): with 110
+"""What a resync of unchanged pods costs the container manager, counted: with 110
 pods each pod's periodic sync calls ``ensure_pod``; it must neither recompute the QoS tiers
 over every pod nor write a cgroup file, and the Burstable ``cpu.weight`` must still follow
 every change of the pod set and of a pod's requests."""
@@ -84,8 +84,9 @@ async def test_a_resync_of_110_unchanged_pods_recomputes_and_writes_nothing(
     fs.writes.clear()
     written = cm.limits_written  # what the stats sampler watches to read limits again
     # One resync round of every pod (widen_only first, as the pod sync calls it). Each call
-    # stays a handful of Python calls whatever the number of pods: before issue 14 every one
-    # summed the requests of all 110 pods (~2,000 calls per sync, 200,000 per round).
+    # stays a handful of Python calls whatever the number of pods: before the manager kept each
+    # pod's share, every one summed the requests of all 110 pods (~2,000 calls per sync,
+    # 200,000 per round).
     with call_budget(PODS * 40) as work:
         for p in pods:
             await cm.ensure_pod(p, widen_only=True)

@@ -13,7 +13,6 @@ from nodeagent.cm.manager import CmSettings, ContainerManager, ReservedEnforceme
 from nodeagent.cm.policy import (
     NodeResources,
     ReservedCgroup,
-    go_quote_name,
     reserved_cgroup_name,
     reserved_limits,
     shares_to_weight,
@@ -91,10 +90,6 @@ def test_reserved_limits_are_the_kubelets_cgroup_config() -> None:
 )
 def test_reserved_cgroup_names(cgroup: str, driver: str, name: list[str]) -> None:
     assert reserved_cgroup_name(cgroup, driver) == name
-
-
-def test_go_quoting_of_a_cgroup_name() -> None:
-    assert go_quote_name(["kube", "reserved"]) == '["kube" "reserved"]'
 
 
 async def test_systemd_driver_sets_the_slice_properties_and_writes_the_files(

@@ -1,4 +1,4 @@
-"""Issue 17: small hostile configuration files give one clean error, in bounded work and memory.
+"""Small hostile configuration files give one clean error, in bounded work and memory.
 
 Each case is the audit's reproducer. ``nodeagent config validate`` must exit 2 with one line
 naming the file (and the field when there is one), never a traceback, a hang or a MemoryError.

@@ -1,5 +1,4 @@
-"""Absurd quantities and durations are refused without big-number work, the value cut short
-(issue 17)."""
+"""Absurd quantities and durations are refused without big-number work, the value cut short."""
 
 from __future__ import annotations
 

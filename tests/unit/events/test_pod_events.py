@@ -18,7 +18,6 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriUnknown
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.kuberuntime.results import go_duration
 from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.sync import PodSync
@@ -311,20 +310,6 @@ async def test_a_pod_that_does_not_fit_is_rejected_with_a_warning_about_it(env: 
     message = "Node didn't have enough resource: cpu, requested: 2000, used: 0, capacity: 1000"
     assert env.events("big") == [("", "Warning", "OutOfcpu", message, 1)]
     assert env.runtime.sandbox_ids == []
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        pytest.param(0.0004, "0s", id="under a millisecond is 0s"),
-        pytest.param(0.5237, "523ms", id="milliseconds"),
-        pytest.param(1.5, "1.5s", id="seconds with a fraction"),
-        pytest.param(123.004, "2m3.004s", id="minutes"),
-        pytest.param(3600, "1h0m0s", id="an hour"),
-    ],
-)
-def test_pull_durations_read_as_go_prints_them(seconds: float, text: str) -> None:
-    assert go_duration(seconds) == text
 
 
 async def test_a_pod_the_node_cannot_read_gets_a_warning_naming_the_field(env: Env) -> None:

@@ -1,4 +1,4 @@
-"""Bounded fuzzing of the configuration loader with malformed YAML (issue 17).
+"""Bounded fuzzing of the configuration loader with malformed YAML.
 
 Every generated file either loads or raises ``ConfigError`` whose lines each name the file
 and stay short: never another exception, never more than a bounded number of Python calls per

@@ -1,4 +1,4 @@
-"""Bounded fuzzing of static pod manifests and pod specs (issue 17).
+"""Bounded fuzzing of static pod manifests and pod specs.
 
 Every generated manifest either becomes a pod or is a :class:`ManifestError` naming the file
 (and, when the problem is in a field, that field's path): never another exception, never more

@@ -1,4 +1,4 @@
-"""Bounded fuzzing of the service proxy with malformed Services and EndpointSlices (issue 17).
+"""Bounded fuzzing of the service proxy with malformed Services and EndpointSlices.
 
 Each example puts one good Service (with its EndpointSlice) beside a Service and a slice of
 which one field is replaced by a hostile value (out-of-range and non-integer numbers, text with

@@ -1,4 +1,4 @@
-"""Issue 17: pod specs the agent must refuse, or honour, with the kubelet's observable result.
+"""Pod specs the agent must refuse, or honour, with the kubelet's observable result.
 
 runAsNonRoot against the image's user, seccomp profiles in the CRI config, names checked before
 they become paths, and the downward API's divisor: a ``CreateContainerConfigError`` with a

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from nodeagent.kuberuntime.endpoint import parse_endpoint
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.imageref import normalize_image_ref
+from nodeagent.kuberuntime.remote import go_code_name
 
 
 @pytest.mark.parametrize(
@@ -71,3 +73,32 @@ def test_image_references_are_normalised_like_containerd(ref: str, normalised: s
 def test_malformed_image_references_are_rejected(ref: str) -> None:
     with pytest.raises(ValueError, match="invalid image reference"):
         normalize_image_ref(ref)
+
+
+GO_CODE_NAMES = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+]
+
+
+@pytest.mark.parametrize(("number", "go_name"), list(enumerate(GO_CODE_NAMES)))
+def test_grpc_codes_are_spelled_as_go_spells_them(number: int, go_name: str) -> None:
+    """``GO_CODE_NAMES`` is what ``codes.Code(n).String()`` of grpc-go v1.79.3 (the pinned
+    kubelet's) printed for n = 0..16 (a throwaway Go program, not in the repository)."""
+    [code] = [c for c in grpc.StatusCode if c.value[0] == number]
+    assert go_code_name(code) == go_name

@@ -19,7 +19,6 @@ from nodeagent.kuberuntime.hooks import (
     exec_error,
     exec_failure_message,
     go_dial_error,
-    go_quote,
     grace_after_pre_stop,
     http_request_bytes,
     http_target,
@@ -60,12 +59,11 @@ def test_exec_failure_message_is_the_kubelets() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("text", "quoted"),
-    [("plain", '"plain"'), ('say "hi"\n', '"say \\"hi\\"\\n"'), ("tab\there", '"tab\\there"')],
-)
-def test_go_quote(text: str, quoted: str) -> None:
-    assert go_quote(text) == quoted
+def test_exec_failure_message_quotes_invalid_utf8_output_byte_by_byte() -> None:
+    """Go quotes ``string(output)``: each byte of invalid UTF-8 is ``\\xNN``, not U+FFFD."""
+    p = pod("web", uid="u-1", containers=[container("app")])
+    message = exec_failure_message(p, p.spec.containers[0], ("cat",), "boom", b"caf\xc3\xa9 \xff\n")
+    assert message.endswith(', message: "caf\u00e9 \\xff\\n"')
 
 
 @pytest.mark.parametrize(

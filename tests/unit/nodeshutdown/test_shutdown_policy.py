@@ -101,6 +101,10 @@ def test_update_failure_message_is_the_kubelets() -> None:
         "node shutdown manager was timed out after 5 attempts waiting for logind "
         "InhibitDelayMaxSec to update to 35s (ShutdownGracePeriod), current value is 5s"
     )
+    # Both values are time.Duration printed with %v (nodeshutdown_manager_linux.go).
+    assert update_failed_message(5, 90, 1.5).endswith(
+        "to update to 1m30s (ShutdownGracePeriod), current value is 1.5s"
+    )
 
 
 def test_disrupted_status_is_failed_terminated_with_disruption_target() -> None:

@@ -1,5 +1,5 @@
-"""What the periodic sync of running pods nothing happens to costs, counted in CRI requests
-(issue 14). Each pod still syncs every minute (its status is computed again, its cgroup and
+"""What the periodic sync of running pods nothing happens to costs, counted in CRI requests,
+with 110 pods. Each pod still syncs every minute (its status is computed again, its cgroup and
 volumes looked at), but the runtime state it starts from is the one read before as long as
 the PLEG's relists see the pod's sandboxes and containers unchanged: the relists' two list
 calls are the only CRI requests of a quiet minute. Anything the relist sees change, and
@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from pod_stack import NODE, Stack, until
 
-from nodeagent.apiserver import PODS
-from nodeagent.pods.envsource import CONFIGMAPS
+from nodeagent.apiserver import CONFIGMAPS, PODS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container, pod_object
 
@@ -54,9 +53,10 @@ async def test_a_quiet_minute_of_running_pods_asks_the_runtime_only_for_the_reli
 
     calls = rpcs(stack, mark)
     assert {rpc: calls[rpc] for rpc in PER_POD_READS} == dict.fromkeys(PER_POD_READS, 0)
-    # Only the PLEG lists (one ListPodSandbox and one ListContainers per relist): before
-    # issue 14 each pod's resync added a filtered ListPodSandbox and ListContainers, one
-    # PodSandboxStatus and one ContainerStatus per container.
+    # Only the PLEG lists (one ListPodSandbox and one ListContainers per relist): before the
+    # relist served as the pods' runtime cache, each pod's resync added a filtered
+    # ListPodSandbox and ListContainers, one PodSandboxStatus and one ContainerStatus per
+    # container.
     assert calls["ListPodSandbox"] == calls["ListContainers"]
     assert 124 <= calls["ListPodSandbox"] <= 127
     assert len(stack.server.calls_to("patch", "pods")) == patches

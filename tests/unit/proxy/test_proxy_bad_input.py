@@ -1,4 +1,4 @@
-"""One bad Service or EndpointSlice never stalls the others (issue 17): it is skipped with one
+"""One bad Service or EndpointSlice never stalls the others: it is skipped with one
 error naming it, the field and the value, and every other object is programmed; addresses reach
 nft only in canonical form, read as Kubernetes reads them."""
 

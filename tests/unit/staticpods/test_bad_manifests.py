@@ -1,4 +1,4 @@
-"""Issue 17: one malformed manifest is an error naming its file and field, never a crash."""
+"""One malformed manifest is an error naming its file and field, never a crash."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ async def test_manifests_are_read_at_start_and_stamped_with_when_they_were_first
     assert names(src) == ["db-node-a", "web-node-a"]
     web = by_name(src, "web-node-a")
     annotations = web["metadata"]["annotations"]
-    assert annotations["kubernetes.io/config.seen"] == "2026-01-01T00:00:01.5Z"
+    assert annotations["kubernetes.io/config.seen"] == "2026-01-01T00:00:01.500000000Z"
     assert annotations["kubernetes.io/config.source"] == "file"
     assert src.has(web["metadata"]["uid"])
     assert src.manifest_path(web["metadata"]["uid"]) == f"{DIRECTORY}/web.yaml"
@@ -111,7 +111,10 @@ async def test_a_changed_manifest_replaces_the_pod_with_one_of_a_new_uid(
 
         new = by_name(source, "web-node-a")
         assert new["metadata"]["uid"] != old
-        assert new["metadata"]["annotations"]["kubernetes.io/config.seen"] == "2026-01-01T00:00:20Z"
+        assert (
+            new["metadata"]["annotations"]["kubernetes.io/config.seen"]
+            == "2026-01-01T00:00:20.000000000Z"
+        )
         assert source.issued(old) and not source.has(old)
 
 

@@ -63,7 +63,7 @@ async def test_a_static_pod_runs_while_the_api_server_is_down_then_gets_its_mirr
     assert meta["annotations"]["kubernetes.io/config.mirror"] == uid
     assert meta["annotations"]["kubernetes.io/config.hash"] == uid
     assert meta["annotations"]["kubernetes.io/config.source"] == "file"
-    assert meta["annotations"]["kubernetes.io/config.seen"] == "2026-01-01T00:00:00Z"
+    assert meta["annotations"]["kubernetes.io/config.seen"] == "2026-01-01T00:00:00.000000000Z"
     assert meta["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
     ]

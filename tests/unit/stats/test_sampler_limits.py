@@ -1,5 +1,5 @@
 """The sampler keeps the pods' and containers' ``memory.max`` / ``pids.max`` and their parsed
-texts across passes (issue 14): every pass gives the same samples and /metrics/cadvisor as a
+texts across passes: every pass gives the same samples and /metrics/cadvisor as a
 sampler that reads and parses every file, while the limit files are read a sixth of the time
 and unchanged texts are not parsed again, counted over a cgroup tree in a temporary
 directory."""

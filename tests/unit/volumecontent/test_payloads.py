@@ -14,7 +14,6 @@ from nodeagent.volumemanager.content.payloads import (
     ObjectData,
     References,
     format_map,
-    go_quote,
     references,
     volume_payload,
 )
@@ -212,10 +211,8 @@ def test_downward_api_errors_are_aggregated() -> None:
     assert error(one) == "unsupported fieldPath: status.podIP"
 
 
-def test_go_quote_matches_percent_q() -> None:
-    assert go_quote('a"b\\c') == '"a\\"b\\\\c"'
-    assert go_quote("tab\there\x01\x7f") == '"tab\\there\\x01\\x7f"'
-    assert go_quote("é 日本 \u200b") == '"é 日本 \\u200b"'
+def test_format_map_is_sorted_percent_q_lines() -> None:
+    assert format_map({"a": 'say "hi"\n'}) == 'a="say \\"hi\\"\\n"'
     assert format_map({"b": "2", "a": "1"}) == 'a="1"\nb="2"'
     assert format_map({}) == ""
 

@@ -1,6 +1,6 @@
 """A pod with a tmpfs volume (every pod's service-account token) reads the mount table on each
 of its syncs; with 110 pods the table has ~500 mounts (the containers' rootfs, the sandboxes'
-shm, the token volumes), so its parse must not walk every character in Python (issue 14)."""
+shm, the token volumes), so its parse must not walk every character in Python."""
 
 from __future__ import annotations
 
