@@ -59,7 +59,9 @@ Outside the tree, deliberately:
   prober.http._HttpError (private to the HTTP probe),
   kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
   credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
-  the plugin requires: the pull goes on without that plugin's credentials).
+  the plugin requires: the pull goes on without that plugin's credentials),
+  beneath.NotBeneath (an ``OSError``: a path that leaves its directory or goes through a
+  symlink; ``/logs/`` answers 404).
 - A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and
