@@ -61,7 +61,9 @@ Outside the tree, deliberately:
   kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
   credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
   the plugin requires: the pull goes on without that plugin's credentials),
-  gotext._Invalid (private to the duration parser: which part of a duration is wrong).
+  gotext._Invalid (private to the duration parser: which part of a duration is wrong),
+  beneath.NotBeneath (an ``OSError``: a path that leaves its directory or goes through a
+  symlink; ``/logs/`` answers 404).
 - A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and
