@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from nodeagent.atomicfile import write_atomic
 from nodeagent.gotext import parse_rfc3339, rfc3339
 
 API_VERSION: Final = "kubelet.config.k8s.io/v1beta1"
@@ -216,18 +217,7 @@ class PullRecords:
 
     def _write(self, directory: Path, name: str, data: bytes) -> None:
         self._dirs()
-        target = directory / name
-        tmp = directory / (name + TMP_SUFFIX)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(directory / name, data, mode=0o600, dir_mode=0o700)
 
     @staticmethod
     def _read(path: Path) -> bytes | None:

@@ -182,10 +182,15 @@ def test_links_planted_in_the_record_directories_are_not_followed(tmp_path: Path
     (records.pulled / REF_FILE).symlink_to(target)
     with pytest.raises(OSError):
         records.pulled_record(REF)
-    (records.pulling / (IMAGE_FILE + ".tmp")).symlink_to(target)
-    with pytest.raises(OSError):
-        records.write_intent(IMAGE)
-    assert target.read_text() == KUBELET_RECORD  # never written through the link
+    # A link planted where the write puts its temporary file is removed, never written
+    # through: the intent is recorded and the link's target is untouched.
+    planted = records.pulling / f".{IMAGE_FILE}.tmp"
+    planted.symlink_to(target)
+    records.write_intent(IMAGE)
+    images, errors = records.intents()
+    assert (sorted(images), errors) == (sorted(["placeholder", IMAGE]), [])
+    assert not planted.is_symlink()
+    assert target.read_text() == KUBELET_RECORD
 
 
 def test_deleting_what_is_not_there_is_fine(tmp_path: Path) -> None:
