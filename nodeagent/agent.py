@@ -478,7 +478,7 @@ def api_server_mode(node: NodeSettings) -> bool:
 
 
 def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
-    """The node in the cluster (issue 4), its pods (issue 5) and the service proxy (issue 6).
+    """The node in the cluster (registration, Lease, status), its pods and the service proxy.
     Stopped in reverse order: the proxy and the pods first (the proxy's rules stay in the
     kernel), the API client last; the Lease keeps renewing until everything after it has
     stopped."""
