@@ -463,6 +463,9 @@ def pod_managers(
             api=api, clock=clock, allocatable=lambda: node_allocatable(get_node()) or {}
         ),
         allocatable_memory=allocatable_memory,
+        api=api,
+        node_name=node_name,
+        node_labels=lambda: ((get_node() or {}).get("metadata") or {}).get("labels") or {},
     )
     cm = container_manager(
         config, settings=settings, driver=connection.cgroup_driver, events=node_events

@@ -216,6 +216,32 @@ class HostPathVolumeSource(_S, frozen=True):
     type: str | None = None
 
 
+class PersistentVolumeClaimVolumeSource(_S, frozen=True):
+    claim_name: str = ""
+    read_only: bool = False
+
+
+class LocalObjectReference(_S, frozen=True):
+    name: str = ""
+
+
+class CSIVolumeSource(_S, frozen=True):
+    """An inline (ephemeral) CSI volume."""
+
+    driver: str = ""
+    read_only: bool | None = None
+    fs_type: str | None = None
+    volume_attributes: dict[str, str] = {}
+    node_publish_secret_ref: LocalObjectReference | None = None
+
+
+class EphemeralVolumeSource(_S, frozen=True):
+    """A generic ephemeral volume: the PVC ``<pod>-<volume>`` made from the template; only
+    the template's presence matters to the node."""
+
+    volume_claim_template: dict[str, Any] | None = None
+
+
 class ConfigMapVolumeSource(_S, frozen=True):
     name: str = ""
     items: tuple[KeyToPath, ...] = ()
@@ -285,11 +311,11 @@ SUPPORTED_VOLUME_SOURCES: Final = (
     "secret",
     "downwardAPI",
     "projected",
-)
-UNSUPPORTED_VOLUME_SOURCES: Final = (
     "persistentVolumeClaim",
     "csi",
     "ephemeral",
+)
+UNSUPPORTED_VOLUME_SOURCES: Final = (
     "image",
     "nfs",
     "iscsi",
@@ -326,6 +352,9 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
     secret: SecretVolumeSource | None = None
     downward_api: DownwardAPIVolumeSource | None = msgspec.field(name="downwardAPI", default=None)
     projected: ProjectedVolumeSource | None = None
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    csi: CSIVolumeSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
     other: dict[str, Any] = {}
 
     @property
@@ -339,6 +368,9 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
             ("secret", self.secret),
             ("downwardAPI", self.downward_api),
             ("projected", self.projected),
+            ("persistentVolumeClaim", self.persistent_volume_claim),
+            ("csi", self.csi),
+            ("ephemeral", self.ephemeral),
         ):
             if value is not None:
                 return key

@@ -34,12 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from nodeagent.apiserver import Api
 from nodeagent.kuberuntime.env import ContainerConfigError
 from nodeagent.kuberuntime.mounts import HostMount
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, Volume
 from nodeagent.volumemanager import layout, subpath
+from nodeagent.volumemanager.claimed import ClaimedVolumes, CsiVolumes
+from nodeagent.volumemanager.claims import ClaimResolver, uses_claim
 from nodeagent.volumemanager.hostpath import check_host_path
+from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter, MountError, SystemMounter, below
 from nodeagent.volumemanager.ownership import set_volume_ownership
 from nodeagent.volumemanager.source import (
@@ -58,12 +62,6 @@ VOLUMES: Final = "volumes"
 SUBPATHS: Final = "volume-subpaths"
 
 
-@dataclass(frozen=True, slots=True)
-class MountedVolume:
-    path: str
-    read_only: bool
-
-
 @dataclass
 class PodVolumes:
     """The outcome of one :meth:`VolumeManager.set_up` of a pod."""
@@ -71,6 +69,8 @@ class PodVolumes:
     mounted: dict[str, MountedVolume] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     """volume name -> why it cannot be set up (the ``FailedMount`` text after ``: ``)."""
+    events: dict[str, str] = field(default_factory=dict)
+    """volume name -> the ``FailedMount`` Event to post (not every failure has one)."""
     missing: tuple[str, ...] = ()
     """Volumes never set up: the pod's containers must not start."""
     retry_in: float | None = None
@@ -265,7 +265,7 @@ def _list_pod_dirs(root_dir: str) -> list[str]:
 
 @dataclass
 class _PodState:
-    ready: set[str] = field(default_factory=set)
+    ready: dict[str, MountedVolume] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)
     attempts: int = 0
 
@@ -278,15 +278,30 @@ class VolumeManager:
         content: ContentSource | None = None,
         mounter: Mounter | None = None,
         allocatable_memory: Callable[[], int | None] = lambda: None,
+        api: Api | None = None,
+        node_name: str = "",
+        node_labels: Callable[[], Mapping[str, str]] = dict,
+        csi: CsiVolumes | None = None,
         log: Logger | None = None,
     ) -> None:
         """``allocatable_memory``: the node's allocatable memory in bytes (the largest tmpfs
-        a memory-backed volume gets)."""
+        a memory-backed volume gets); ``api`` reads claims and PersistentVolumes;
+        ``node_labels`` (the Node's) decide a PV's ``nodeAffinity``; ``csi`` sets up CSI
+        volumes (None: they fail by name)."""
         self._root = root_dir
         self._content: ContentSource = content or NoContentSource()
         self._mounter: Mounter = mounter or SystemMounter()
         self._allocatable_memory = allocatable_memory
         self._log = log or get_logger("volumes")
+        self._claims = ClaimedVolumes(
+            root_dir=root_dir,
+            resolver=ClaimResolver(api=api),
+            mounter=self._mounter,
+            node_name=node_name,
+            node_labels=node_labels,
+            csi=csi,
+            log=self._log,
+        )
         self._pods: dict[str, _PodState] = {}
         self._tearing_down: set[str] = set()
 
@@ -307,23 +322,36 @@ class VolumeManager:
                 reason = layout.unsupported_reason(volume)
                 if reason is not None:
                     raise VolumeSetupError(reason)
-                if layout.on_tmpfs(volume) and mounts is None:
+                if mounts is None and (layout.on_tmpfs(volume) or uses_claim(volume)):
                     mounts = await self._mount_points()
-                path = await self._set_up_volume(pod, volume, state, mounts or [])
+                if uses_claim(volume):
+                    mounted = await self._claims.set_up(pod, volume, mounts or [])
+                else:
+                    path = await self._set_up_volume(pod, volume, state, mounts or [])
+                    mounted = MountedVolume(path, layout.mounted_read_only(volume))
             except VolumeSetupError as e:
                 result.failures[volume.name] = e.message
+                if e.operation is not None:
+                    result.events[volume.name] = layout.setup_failed_message(
+                        e.spec_name or volume.name, e.message, e.operation
+                    )
                 if volume.name not in state.ready:
                     continue
-                path = str(layout.volume_path(self._root, pod.uid, volume))  # keeps running
-            state.ready.add(volume.name)
-            result.mounted[volume.name] = MountedVolume(path, layout.mounted_read_only(volume))
+                mounted = state.ready[volume.name]  # keeps running
+            state.ready[volume.name] = mounted
+            result.mounted[volume.name] = mounted
         result.missing = tuple(v.name for v in pod.spec.volumes if v.name not in state.ready)
         if result.failures:
             result.retry_in = min(RETRY_INITIAL * 2**state.attempts, RETRY_MAX)
             state.attempts += 1
             for name, message in result.failures.items():
+                what = (
+                    "MountVolume.SetUp failed"
+                    if name in result.events
+                    else ("Error processing volume")
+                )
                 self._log.warning(
-                    "MountVolume.SetUp failed",
+                    what,
                     pod_namespace=pod.namespace,
                     pod_name=pod.name,
                     pod_uid=pod.uid,
@@ -408,6 +436,7 @@ class VolumeManager:
         its volumes then, and the directory once the pod is gone). True when done."""
         self._pods.pop(uid, None)
         self._content.forget(uid)
+        self._claims.forget(uid)
         path = self.pod_dir(uid)
         if uid in self._tearing_down:
             return False

@@ -25,9 +25,9 @@ class MountError(AgentError):
 class Mounter(Protocol):
     async def mount_tmpfs(self, target: str, size: int | None) -> None: ...
 
-    async def bind(self, source: str, target: str) -> None:
+    async def bind(self, source: str, target: str, *, read_only: bool = False) -> None:
         """Bind-mount ``source`` (taken as it is: a ``/proc/<pid>/fd/<n>`` link) on
-        ``target``."""
+        ``target``, read-only if asked."""
         ...
 
     async def make_shared(self, target: str) -> None:
@@ -96,8 +96,9 @@ class SystemMounter:
         options = ["-o", f"size={size}"] if size else []
         await self._run("mount", "-t", "tmpfs", *options, "tmpfs", target)
 
-    async def bind(self, source: str, target: str) -> None:
-        await self._run("mount", "--no-canonicalize", "--bind", source, target)
+    async def bind(self, source: str, target: str, *, read_only: bool = False) -> None:
+        options = ["-o", "ro"] if read_only else []
+        await self._run("mount", "--no-canonicalize", "--bind", *options, source, target)
 
     async def make_shared(self, target: str) -> None:
         await self._run("mount", "--make-rshared", target)

@@ -1,0 +1,123 @@
+"""Pod volumes backed by a PersistentVolume: ``persistentVolumeClaim`` and generic
+``ephemeral`` volumes, set up once per pod and then reused on every sync.
+
+The claim is resolved to its bound PV (``claims.py``), the PV's ``nodeAffinity`` checked
+against the node's labels (``affinity.py``), then the PV is set up by its plugin: hostPath or
+local (``persistent.py``) or a CSI driver (``csi/``, through the :class:`CsiVolumes` seam);
+``fsGroup`` is applied once when the plugin asks for it (``ownership.py``). A volume already
+set up for the pod is not resolved again: the kubelet's populator, too, processes a pod's
+claims once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from nodeagent.log import Logger, get_logger
+from nodeagent.podspec import Pod, Volume
+from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
+from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver
+from nodeagent.volumemanager.layout import MountedVolume
+from nodeagent.volumemanager.mounter import Mounter
+from nodeagent.volumemanager.ownership import set_volume_ownership
+from nodeagent.volumemanager.persistent import (
+    SetUpVolume,
+    pv_source,
+    set_up_in_tree,
+    unsupported,
+)
+from nodeagent.volumemanager.source import VolumeSetupError
+
+NODE_AFFINITY_FAILED = "MountVolume.NodeAffinity check failed"
+
+
+class CsiVolumes(Protocol):
+    """The CSI side of PV-backed volumes (``csi/``)."""
+
+    async def set_up_persistent(
+        self, pod: Pod, volume: Volume, bound: BoundVolume
+    ) -> SetUpVolume: ...
+
+
+class ClaimedVolumes:
+    def __init__(
+        self,
+        *,
+        root_dir: str,
+        resolver: ClaimResolver,
+        mounter: Mounter,
+        node_name: str = "",
+        node_labels: Callable[[], Mapping[str, str]] = dict,
+        csi: CsiVolumes | None = None,
+        log: Logger | None = None,
+    ) -> None:
+        self._root = root_dir
+        self._resolver = resolver
+        self._mounter = mounter
+        self._node_name = node_name
+        self._node_labels = node_labels
+        self._csi = csi
+        self._log = log or get_logger("volumes")
+        self._done: dict[str, dict[str, MountedVolume]] = {}
+
+    def forget(self, uid: str) -> None:
+        self._done.pop(uid, None)
+
+    async def set_up(self, pod: Pod, volume: Volume, mounts: list[str]) -> MountedVolume:
+        """The volume of ``pod`` ready for its containers; raises :class:`VolumeSetupError`."""
+        done = self._done.setdefault(pod.uid, {})
+        if volume.name in done:
+            return done[volume.name]
+        bound = await self._resolver.resolve(pod, volume)
+        try:
+            check_node_affinity(bound.pv, self._node_labels(), self._node_name)
+        except AffinityError as e:
+            raise VolumeSetupError(
+                str(e), operation=NODE_AFFINITY_FAILED, spec_name=bound.pv_name
+            ) from e
+        if pv_source(bound) == "csi" and self._csi is not None and bound.volume_mode != "Block":
+            set_up = await self._csi.set_up_persistent(pod, volume, bound)
+        else:
+            reason = unsupported(bound)
+            if reason is not None:
+                raise VolumeSetupError(reason, spec_name=bound.pv_name)
+            try:
+                set_up = await set_up_in_tree(
+                    bound, root_dir=self._root, uid=pod.uid, mounter=self._mounter, mounts=mounts
+                )
+            except VolumeSetupError as e:
+                e.spec_name = bound.pv_name
+                raise
+        if set_up.own:
+            await self._own(pod, set_up, bound.pv_name)
+        self._log.v(2).info(
+            "MountVolume.SetUp succeeded",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            volume=volume.name,
+            persistent_volume=bound.pv_name,
+        )
+        mounted = MountedVolume(set_up.path, set_up.read_only)
+        done[volume.name] = mounted
+        return mounted
+
+    async def _own(self, pod: Pod, set_up: SetUpVolume, pv_name: str) -> None:
+        psc = pod.spec.security_context
+        if psc is None or psc.fs_group is None:
+            return
+        try:
+            await asyncio.to_thread(
+                set_volume_ownership,
+                set_up.path,
+                psc.fs_group,
+                read_only=set_up.read_only,
+                policy=psc.fs_group_change_policy,
+                log=self._log,
+            )
+        except OSError as e:
+            raise VolumeSetupError(
+                f"applyFSGroup failed for vol {pv_name}: {e}", spec_name=pv_name
+            ) from e
