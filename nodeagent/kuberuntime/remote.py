@@ -60,6 +60,7 @@ PROTO_PACKAGE: Final = "runtime.v1"
 RUNTIME: Final = "RuntimeService"
 IMAGES: Final = "ImageService"
 
+
 def go_code_name(code: grpc.StatusCode | None) -> str:
     """grpc.StatusCode as Go's codes.Code.String() spells it (kubelet message format)."""
     return grpc_code(None if code is None else str(code.name))
