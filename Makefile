@@ -51,7 +51,7 @@ $(VENV_STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml | $(
 
 .PHONY: lint
 lint: venv
-	$(VENV)/bin/ruff check nodeagent tests bench cri_protos
+	$(VENV)/bin/ruff check nodeagent tests bench cri_protos csi_protos
 	$(VENV)/bin/ruff format --check nodeagent tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
@@ -133,6 +133,7 @@ bench-node: venv binaries peers
 .PHONY: gen
 gen: venv
 	cri_protos/generate.sh
+	csi_protos/generate.sh
 
 # --- local cluster ------------------------------------------------------------------------------
 
