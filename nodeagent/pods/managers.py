@@ -44,6 +44,7 @@ from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.pluginmanager import PluginManager
 from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
@@ -72,6 +73,7 @@ from nodeagent.status import StatusManager
 from nodeagent.status.manager import PlainDeleter, PodDeleter
 from nodeagent.sysctl import Allowlist, node_allowlist
 from nodeagent.volumemanager.content import content_source
+from nodeagent.volumemanager.csi import CSI_PLUGIN_TYPE, CsiPlugin
 from nodeagent.volumemanager.manager import VolumeManager
 
 PROBE_USER_AGENT = "kube-probe/" + ".".join(KUBERNETES_VERSION.lstrip("v").split(".")[:2])
@@ -138,6 +140,8 @@ class PodManagers:
     cm: ContainerManager | None = None
     allocation: AllocationManager | None = None
     runtime: RuntimeManager | None = None
+    csi: CsiPlugin | None = None
+    plugins: PluginManager | None = None
 
     def limits_generation(self) -> int:
         """Moves whenever the agent writes a pod cgroup's limits or resizes a container (the
@@ -198,6 +202,7 @@ class PodManagers:
             *([self.cm] if self.cm is not None else []),
             *api_side,
             self.static_pods,
+            *[m for m in (self.csi, self.plugins) if m is not None],
             self.sync_loop,
             self.prober,
             *mirrors,
@@ -457,8 +462,13 @@ def pod_managers(
         found = node_allocatable_memory(get_node())
         return found if found is not None else settings.memory_capacity
 
+    csi = CsiPlugin(root_dir=settings.root_dir, node_name=node_name, api=api)
+    plugins = PluginManager(
+        root_dir=settings.root_dir, handlers={CSI_PLUGIN_TYPE: csi.registration}
+    )
     volumes = VolumeManager(
         root_dir=settings.root_dir,
+        csi=csi.volumes,
         content=content_source(
             api=api, clock=clock, allocatable=lambda: node_allocatable(get_node()) or {}
         ),
@@ -529,4 +539,6 @@ def pod_managers(
         cm=cm,
         allocation=pipeline.allocation,
         runtime=pipeline.runtime,
+        csi=csi,
+        plugins=plugins,
     )

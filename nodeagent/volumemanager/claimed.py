@@ -34,11 +34,19 @@ NODE_AFFINITY_FAILED = "MountVolume.NodeAffinity check failed"
 
 
 class CsiVolumes(Protocol):
-    """The CSI side of PV-backed volumes (``csi/``)."""
+    """CSI volumes (``csi/``'s ``CsiVolumePlugin``)."""
 
     async def set_up_persistent(
         self, pod: Pod, volume: Volume, bound: BoundVolume
     ) -> SetUpVolume: ...
+
+    async def set_up_inline(self, pod: Pod, volume: Volume) -> SetUpVolume: ...
+
+    async def tear_down_pod(self, uid: str) -> bool: ...
+
+    async def clean_staged(self) -> bool: ...
+
+    def forget(self, uid: str) -> None: ...
 
 
 class ClaimedVolumes:
@@ -64,6 +72,20 @@ class ClaimedVolumes:
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
+
+    async def set_up_inline(self, pod: Pod, volume: Volume) -> MountedVolume:
+        """An inline CSI volume (the driver's ``Ephemeral`` mode), published once per pod."""
+        done = self._done.setdefault(pod.uid, {})
+        if volume.name in done:
+            return done[volume.name]
+        if self._csi is None:
+            raise VolumeSetupError('volume source "csi" is not supported on this node')
+        set_up = await self._csi.set_up_inline(pod, volume)
+        if set_up.own:
+            await self._own(pod, set_up, volume.name)
+        mounted = MountedVolume(set_up.path, set_up.read_only)
+        done[volume.name] = mounted
+        return mounted
 
     async def set_up(self, pod: Pod, volume: Volume, mounts: list[str]) -> MountedVolume:
         """The volume of ``pod`` ready for its containers; raises :class:`VolumeSetupError`."""

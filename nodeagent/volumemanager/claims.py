@@ -127,7 +127,8 @@ class ClaimResolver:
             pv = await self._api.get(PVS, pv_name)
         except ApiError as e:
             raise VolumeSetupError(
-                f"{where}: failed to fetch PV {pv_name} from API server: {e.message}", operation=None
+                f"{where}: failed to fetch PV {pv_name} from API server: {e.message}",
+                operation=None,
             ) from e
         try:
             check_pv(pv, pv_name, str((claim.get("metadata") or {}).get("uid", "")))

@@ -85,7 +85,7 @@ def unsupported_reason(volume: Volume) -> str | None:
     source = volume.source
     if not source:
         return "volume has no source this node recognises"
-    if source not in PLUGIN_DIRS and source not in ("hostPath", *CLAIM_SOURCES):
+    if source not in PLUGIN_DIRS and source not in ("hostPath", "csi", *CLAIM_SOURCES):
         return f'volume source "{source}" is not supported on this node'
     if volume.empty_dir is not None and volume.empty_dir.medium not in SUPPORTED_MEDIA:
         medium = volume.empty_dir.medium

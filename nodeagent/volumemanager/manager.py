@@ -293,6 +293,7 @@ class VolumeManager:
         self._mounter: Mounter = mounter or SystemMounter()
         self._allocatable_memory = allocatable_memory
         self._log = log or get_logger("volumes")
+        self._csi = csi
         self._claims = ClaimedVolumes(
             root_dir=root_dir,
             resolver=ClaimResolver(api=api),
@@ -326,6 +327,8 @@ class VolumeManager:
                     mounts = await self._mount_points()
                 if uses_claim(volume):
                     mounted = await self._claims.set_up(pod, volume, mounts or [])
+                elif volume.csi is not None:
+                    mounted = await self._claims.set_up_inline(pod, volume)
                 else:
                     path = await self._set_up_volume(pod, volume, state, mounts or [])
                     mounted = MountedVolume(path, layout.mounted_read_only(volume))
@@ -437,6 +440,8 @@ class VolumeManager:
         self._pods.pop(uid, None)
         self._content.forget(uid)
         self._claims.forget(uid)
+        if self._csi is not None:
+            self._csi.forget(uid)
         path = self.pod_dir(uid)
         if uid in self._tearing_down:
             return False
@@ -449,6 +454,9 @@ class VolumeManager:
     async def _tear_down(self, uid: str, path: Path, *, keep_pod_dir: bool) -> bool:
         if not await asyncio.to_thread(os.path.lexists, path):
             return True
+        if self._csi is not None and not await self._csi.tear_down_pod(uid):
+            self._log.warning("Pod directory kept: CSI volumes are still published", pod_uid=uid)
+            return False
         real = await asyncio.to_thread(os.path.realpath, path)
         for point in below(await self._mounter.mount_points(), real):
             try:
@@ -483,4 +491,6 @@ class VolumeManager:
             self._log.info("Cleaning up orphaned pod directory", pod_uid=uid)
             if await self.tear_down(uid):
                 removed.append(uid)
+        if self._csi is not None:
+            await self._csi.clean_staged()
         return removed
