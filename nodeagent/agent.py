@@ -53,6 +53,7 @@ from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
+from nodeagent.stats import volumemetrics
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import memory_available as node_memory_available
 from nodeagent.stats.pressure import psi_summary
@@ -299,7 +300,9 @@ def node_stats(
         cgroups=sampler,
         image_fs=pods.connection.image_fs_info,
         pod_logs_dir=config.kubelet.pod_logs_dir,
+        persistent_volumes=pods.volumes.persistent_volume_stats if pods.volumes else None,
     )
+    volumemetrics.set_source(stats.persistent_entries)
     return stats, sampler
 
 

@@ -142,6 +142,7 @@ class PodManagers:
     runtime: RuntimeManager | None = None
     csi: CsiPlugin | None = None
     plugins: PluginManager | None = None
+    volumes: VolumeManager | None = None
 
     def limits_generation(self) -> int:
         """Moves whenever the agent writes a pod cgroup's limits or resizes a container (the
@@ -541,4 +542,5 @@ def pod_managers(
         runtime=pipeline.runtime,
         csi=csi,
         plugins=plugins,
+        volumes=volumes,
     )

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
+from nodeagent.csi.types import VolumeStats
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, Volume
 from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
-from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver
+from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver, claim_name
 from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter
 from nodeagent.volumemanager.ownership import set_volume_ownership
 from nodeagent.volumemanager.persistent import (
+    CsiHandle,
     SetUpVolume,
     pv_source,
     set_up_in_tree,
@@ -48,6 +51,19 @@ class CsiVolumes(Protocol):
 
     def forget(self, uid: str) -> None: ...
 
+    async def volume_stats(self, handle: CsiHandle, path: str) -> VolumeStats | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedVolume:
+    """A PV-backed or CSI volume set up for a pod, as its stats need it."""
+
+    volume: str
+    namespace: str
+    claim: str | None
+    """The claim's name; None for an inline CSI volume."""
+    set_up: SetUpVolume
+
 
 class ClaimedVolumes:
     def __init__(
@@ -69,9 +85,20 @@ class ClaimedVolumes:
         self._csi = csi
         self._log = log or get_logger("volumes")
         self._done: dict[str, dict[str, MountedVolume]] = {}
+        self._records: dict[str, dict[str, ClaimedVolume]] = {}
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
+        self._records.pop(uid, None)
+
+    def claimed(self, uid: str) -> list[ClaimedVolume]:
+        """The pod's volumes set up through a claim or a CSI driver."""
+        return list(self._records.get(uid, {}).values())
+
+    def _record(self, pod: Pod, volume: Volume, claim: str | None, set_up: SetUpVolume) -> None:
+        self._records.setdefault(pod.uid, {})[volume.name] = ClaimedVolume(
+            volume.name, pod.namespace, claim, set_up
+        )
 
     async def set_up_inline(self, pod: Pod, volume: Volume) -> MountedVolume:
         """An inline CSI volume (the driver's ``Ephemeral`` mode), published once per pod."""
@@ -83,6 +110,7 @@ class ClaimedVolumes:
         set_up = await self._csi.set_up_inline(pod, volume)
         if set_up.own:
             await self._own(pod, set_up, volume.name)
+        self._record(pod, volume, None, set_up)
         mounted = MountedVolume(set_up.path, set_up.read_only)
         done[volume.name] = mounted
         return mounted
@@ -114,6 +142,7 @@ class ClaimedVolumes:
                 raise
         if set_up.own:
             await self._own(pod, set_up, bound.pv_name)
+        self._record(pod, volume, claim_name(pod, volume), set_up)
         self._log.v(2).info(
             "MountVolume.SetUp succeeded",
             pod_namespace=pod.namespace,

@@ -32,7 +32,7 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from nodeagent.apiserver import Api
 from nodeagent.kuberuntime.env import ContainerConfigError
@@ -46,6 +46,7 @@ from nodeagent.volumemanager.hostpath import check_host_path
 from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter, MountError, SystemMounter, below
 from nodeagent.volumemanager.ownership import set_volume_ownership
+from nodeagent.volumemanager.pvstats import volume_entries
 from nodeagent.volumemanager.source import (
     ContentSource,
     NoContentSource,
@@ -430,6 +431,11 @@ class VolumeManager:
             )
         except OSError as e:
             raise VolumeSetupError(f"applying fsGroup {psc.fs_group} to {path}: {e}") from e
+
+    async def persistent_volume_stats(self, uid: str) -> list[dict[str, Any]]:
+        """The Summary ``volume`` entries (no ``time``) of the pod's claimed and CSI
+        volumes (``pvstats.py``)."""
+        return await volume_entries(self._claims.claimed(uid), self._csi)
 
     # --- tearing down -------------------------------------------------------------------
 

@@ -58,6 +58,17 @@ class SetUpVolume:
     read_only: bool
     own: bool
     """The kubelet applies the pod's ``fsGroup`` to it."""
+    metrics: str = ""
+    """How its usage is measured: ``statfs`` (local), ``csi`` (``NodeGetVolumeStats``), or
+    ``""`` for none (hostPath, as the kubelet's ``MetricsNil``)."""
+    csi: CsiHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CsiHandle:
+    driver: str
+    volume_handle: str
+    staging_path: str = ""
 
 
 def pv_source(bound: BoundVolume) -> str:
@@ -129,4 +140,4 @@ async def set_up_in_tree(
             await mounter.bind(local, real, read_only=read_only)
         except (MountError, OSError) as e:
             raise VolumeSetupError(str(e)) from e
-    return SetUpVolume(str(target), read_only, own=not read_only)
+    return SetUpVolume(str(target), read_only, own=not read_only, metrics="statfs")

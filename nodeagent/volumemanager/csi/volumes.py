@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from nodeagent.apiserver import Api, ApiError, NotFound, Resource
 from nodeagent.csi import CsiError, CsiNode
-from nodeagent.csi.types import Capability, PublishRequest, StageRequest
+from nodeagent.csi.types import Capability, PublishRequest, StageRequest, VolumeStats
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, Volume
 from nodeagent.volumemanager.claims import BoundVolume
@@ -52,7 +52,7 @@ from nodeagent.volumemanager.csi.driverinfo import (
     pod_info_attributes,
 )
 from nodeagent.volumemanager.csi.drivers import CsiUnknownDriver, DriverRegistry
-from nodeagent.volumemanager.persistent import SetUpVolume
+from nodeagent.volumemanager.persistent import CsiHandle, SetUpVolume
 from nodeagent.volumemanager.source import VolumeSetupError
 
 VOLUME_ATTACHMENTS: Final = Resource(
@@ -256,7 +256,13 @@ class CsiVolumePlugin:
             pv_modes=source.pv_modes,
         )
         target = paths.target_path(self._root, pod.uid, source.spec_name)
-        return SetUpVolume(str(target), source.read_only, own=own)
+        return SetUpVolume(
+            str(target),
+            source.read_only,
+            own=own,
+            metrics="csi" if caps.get_volume_stats else "",
+            csi=CsiHandle(source.driver, source.handle, staging),
+        )
 
     async def _stage(
         self,
@@ -412,3 +418,14 @@ class CsiVolumePlugin:
     def forget(self, uid: str) -> None:
         for staged in self._staged.values():
             staged.users.discard(uid)
+
+    async def volume_stats(self, handle: CsiHandle, path: str) -> VolumeStats | None:
+        """``NodeGetVolumeStats`` of a published volume; None when the driver cannot say."""
+        try:
+            client = self._drivers.client(handle.driver)
+            return await client.node_get_volume_stats(
+                handle.volume_handle, path, handle.staging_path
+            )
+        except (CsiUnknownDriver, CsiError) as e:
+            self._log.v(4).info("NodeGetVolumeStats failed", path=path, error=str(e))
+            return None

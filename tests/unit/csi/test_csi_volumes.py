@@ -268,3 +268,33 @@ async def test_an_inline_volume_of_a_persistent_only_driver_is_refused(
         'mounter.SetupAt failed to check volume lifecycle mode: volume mode "Ephemeral" not '
         f"supported by driver {DRIVER} (only supports [])"
     }
+
+
+async def test_volume_stats_come_from_the_driver_with_the_claim(
+    node: Node, driver: FakeCsiNode
+) -> None:
+    from nodeagent.csi.types import NodeCapabilities, VolumeStats
+
+    driver.capabilities = NodeCapabilities(stage_unstage=True, get_volume_stats=True)
+    driver.stats = VolumeStats(
+        capacity_bytes=1000,
+        available_bytes=600,
+        used_bytes=400,
+        inodes=10,
+        inodes_free=7,
+        inodes_used=3,
+    )
+    seed_claim(node.server)
+    assert (await node.volumes.set_up(claim_pod("uid-1"))).ready
+    assert await node.volumes.persistent_volume_stats("uid-1") == [
+        {
+            "name": "data",
+            "availableBytes": 600,
+            "capacityBytes": 1000,
+            "usedBytes": 400,
+            "inodesFree": 7,
+            "inodes": 10,
+            "inodesUsed": 3,
+            "pvcRef": {"name": "data", "namespace": "default"},
+        }
+    ]
