@@ -16,11 +16,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from nodeagent.apiserver import ApiError
+from nodeagent.csi import CsiError
 from nodeagent.csi.types import VolumeStats
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, Volume
+from nodeagent.quantity import value
 from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
 from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver, claim_name
+from nodeagent.volumemanager.expansion import finished_patch, node_expansion_size
 from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter
 from nodeagent.volumemanager.ownership import set_volume_ownership
@@ -34,6 +38,7 @@ from nodeagent.volumemanager.persistent import (
 from nodeagent.volumemanager.source import VolumeSetupError
 
 NODE_AFFINITY_FAILED = "MountVolume.NodeAffinity check failed"
+RESIZE_CHECK = 10.0
 
 
 class CsiVolumes(Protocol):
@@ -52,6 +57,8 @@ class CsiVolumes(Protocol):
     def forget(self, uid: str) -> None: ...
 
     async def volume_stats(self, handle: CsiHandle, path: str) -> VolumeStats | None: ...
+
+    async def expand(self, handle: CsiHandle, path: str, size: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +93,47 @@ class ClaimedVolumes:
         self._log = log or get_logger("volumes")
         self._done: dict[str, dict[str, MountedVolume]] = {}
         self._records: dict[str, dict[str, ClaimedVolume]] = {}
+        self._checked: dict[tuple[str, str], float] = {}
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
         self._records.pop(uid, None)
+        self._checked = {k: v for k, v in self._checked.items() if k[0] != uid}
+
+    async def _check_resize(self, pod: Pod, volume: Volume) -> None:
+        """Expand a mounted CSI claim the resizer grew (``expansion.py``), looking at most
+        every ``RESIZE_CHECK`` seconds (each look is a GET of the claim and the PV, as the
+        kubelet's populator does on a pod sync)."""
+        record = self._records.get(pod.uid, {}).get(volume.name)
+        if record is None or record.set_up.csi is None or record.set_up.read_only:
+            return
+        if self._csi is None:
+            return
+        now = asyncio.get_running_loop().time()
+        key = (pod.uid, volume.name)
+        if now - self._checked.get(key, -RESIZE_CHECK) < RESIZE_CHECK:
+            return
+        self._checked[key] = now
+        try:
+            bound = await self._resolver.resolve(pod, volume)
+        except VolumeSetupError:
+            return
+        size = node_expansion_size(bound.claim, bound.pv)
+        if size is None:
+            return
+        fields = {"pod_namespace": pod.namespace, "pod_name": pod.name, "volume": volume.name}
+        try:
+            await self._csi.expand(record.set_up.csi, record.set_up.path, value(size))
+            await self._resolver.patch_claim_status(bound.claim, finished_patch(bound.claim, size))
+        except (CsiError, ApiError) as e:
+            self._log.warning("MountVolume.NodeExpandVolume failed", error=str(e), **fields)
+            return
+        self._log.info(
+            "MountVolume.NodeExpandVolume succeeded",
+            persistent_volume=bound.pv_name,
+            size=size,
+            **fields,
+        )
 
     def claimed(self, uid: str) -> list[ClaimedVolume]:
         """The pod's volumes set up through a claim or a CSI driver."""
@@ -119,6 +163,7 @@ class ClaimedVolumes:
         """The volume of ``pod`` ready for its containers; raises :class:`VolumeSetupError`."""
         done = self._done.setdefault(pod.uid, {})
         if volume.name in done:
+            await self._check_resize(pod, volume)
             return done[volume.name]
         bound = await self._resolver.resolve(pod, volume)
         try:

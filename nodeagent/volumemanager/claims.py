@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nodeagent.apiserver import Api, ApiError, Obj, Resource
+from nodeagent.apiserver import Api, ApiError, Obj, PatchType, Resource
 from nodeagent.podspec import Pod, Volume
 from nodeagent.volumemanager.source import VolumeSetupError
 
@@ -101,6 +101,20 @@ def check_owned_by(pod: Pod, claim: Obj) -> None:
 class ClaimResolver:
     def __init__(self, *, api: Api | None) -> None:
         self._api = api
+
+    async def patch_claim_status(self, claim: Obj, patch: Obj) -> None:
+        """Merge-patch the claim's status; raises ``ApiError``."""
+        if self._api is None:
+            return
+        meta = claim["metadata"]
+        await self._api.patch(
+            PVCS,
+            meta["name"],
+            patch,
+            patch_type=PatchType.MERGE,
+            namespace=meta["namespace"],
+            subresource="status",
+        )
 
     async def resolve(self, pod: Pod, volume: Volume) -> BoundVolume:
         """The PV bound to ``volume``'s claim; raises :class:`VolumeSetupError`."""

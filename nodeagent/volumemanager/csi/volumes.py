@@ -419,6 +419,17 @@ class CsiVolumePlugin:
         for staged in self._staged.values():
             staged.users.discard(uid)
 
+    async def expand(self, handle: CsiHandle, path: str, size: int) -> None:
+        """``NodeExpandVolume`` to ``size`` bytes when the driver has ``EXPAND_VOLUME`` (a
+        driver without it has nothing to do on the node); raises ``CsiError``."""
+        try:
+            client = self._drivers.client(handle.driver)
+        except CsiUnknownDriver as e:
+            raise CsiError(rpc="NodeExpandVolume", code="Unavailable", details=str(e)) from e
+        if not (await client.node_get_capabilities()).expand_volume:
+            return
+        await client.node_expand_volume(handle.volume_handle, path, size, handle.staging_path)
+
     async def volume_stats(self, handle: CsiHandle, path: str) -> VolumeStats | None:
         """``NodeGetVolumeStats`` of a published volume; None when the driver cannot say."""
         try:

@@ -298,3 +298,27 @@ async def test_volume_stats_come_from_the_driver_with_the_claim(
             "pvcRef": {"name": "data", "namespace": "default"},
         }
     ]
+
+
+async def test_a_claim_the_resizer_grew_is_expanded_on_the_node_and_marked_done(
+    node: Node, driver: FakeCsiNode, server: FakeApiServer
+) -> None:
+    seed_claim(server)
+    assert (await node.volumes.set_up(claim_pod("uid-1"))).ready
+
+    def grow_pv(pv: dict[str, Any]) -> None:
+        pv["spec"]["capacity"] = {"storage": "2Gi"}
+
+    def pending(claim: dict[str, Any]) -> None:
+        claim["status"]["capacity"] = {"storage": "1Gi"}
+        claim["status"]["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
+        claim["status"]["conditions"] = [{"type": "FileSystemResizePending", "status": "True"}]
+
+    server.modify(PVS, "pv-1", grow_pv)
+    server.modify(PVCS, "data", pending, "default")
+    assert (await node.volumes.set_up(claim_pod("uid-1"))).ready
+    assert driver.expanded == {HANDLE: 2 * 2**30}
+    status = server.stored(PVCS, "data", "default")["status"]  # type: ignore[index]
+    assert status["capacity"] == {"storage": "2Gi"}
+    assert "storage" not in (status.get("allocatedResourceStatuses") or {})
+    assert not status.get("conditions")
