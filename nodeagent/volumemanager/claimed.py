@@ -94,11 +94,27 @@ class ClaimedVolumes:
         self._done: dict[str, dict[str, MountedVolume]] = {}
         self._records: dict[str, dict[str, ClaimedVolume]] = {}
         self._checked: dict[tuple[str, str], float] = {}
+        self._republished: dict[tuple[str, str, str], float] = {}
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
         self._records.pop(uid, None)
         self._checked = {k: v for k, v in self._checked.items() if k[0] != uid}
+        self._republished = {k: v for k, v in self._republished.items() if k[0] != uid}
+
+    def _republish_due(self, pod: Pod, volume: Volume) -> bool:
+        """A volume of a ``requiresRepublish`` driver is published again on a sync at most
+        every ``RESIZE_CHECK`` seconds (the kubelet remounts it on each pod sync)."""
+        record = self._records.get(pod.uid, {}).get(volume.name)
+        if record is None or not record.set_up.republish:
+            return False
+        now = asyncio.get_running_loop().time()
+        key = (pod.uid, volume.name, "republish")
+        if now - self._republished.get(key, now) < RESIZE_CHECK:
+            self._republished.setdefault(key, now)
+            return False
+        self._republished[key] = now
+        return True
 
     async def _check_resize(self, pod: Pod, volume: Volume) -> None:
         """Expand a mounted CSI claim the resizer grew (``expansion.py``), looking at most
@@ -147,7 +163,7 @@ class ClaimedVolumes:
     async def set_up_inline(self, pod: Pod, volume: Volume) -> MountedVolume:
         """An inline CSI volume (the driver's ``Ephemeral`` mode), published once per pod."""
         done = self._done.setdefault(pod.uid, {})
-        if volume.name in done:
+        if volume.name in done and not self._republish_due(pod, volume):
             return done[volume.name]
         if self._csi is None:
             raise VolumeSetupError('volume source "csi" is not supported on this node')
@@ -162,7 +178,7 @@ class ClaimedVolumes:
     async def set_up(self, pod: Pod, volume: Volume, mounts: list[str]) -> MountedVolume:
         """The volume of ``pod`` ready for its containers; raises :class:`VolumeSetupError`."""
         done = self._done.setdefault(pod.uid, {})
-        if volume.name in done:
+        if volume.name in done and not self._republish_due(pod, volume):
             await self._check_resize(pod, volume)
             return done[volume.name]
         bound = await self._resolver.resolve(pod, volume)

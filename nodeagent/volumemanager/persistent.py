@@ -62,6 +62,8 @@ class SetUpVolume:
     """How its usage is measured: ``statfs`` (local), ``csi`` (``NodeGetVolumeStats``), or
     ``""`` for none (hostPath, as the kubelet's ``MetricsNil``)."""
     csi: CsiHandle | None = None
+    republish: bool = False
+    """Its CSI driver wants ``NodePublishVolume`` again now and then (``requiresRepublish``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from nodeagent.volumemanager.csi.driverinfo import (
     pod_info_attributes,
 )
 from nodeagent.volumemanager.csi.drivers import CsiUnknownDriver, DriverRegistry
+from nodeagent.volumemanager.csi.tokens import token_attributes
 from nodeagent.volumemanager.persistent import CsiHandle, SetUpVolume
 from nodeagent.volumemanager.source import VolumeSetupError
 
@@ -262,6 +263,7 @@ class CsiVolumePlugin:
             own=own,
             metrics="csi" if caps.get_volume_stats else "",
             csi=CsiHandle(source.driver, source.handle, staging),
+            republish=info.requires_republish,
         )
 
     async def _stage(
@@ -328,6 +330,11 @@ class CsiVolumePlugin:
         if info.pod_info_on_mount:
             attributes.update(pod_info_attributes(pod, ephemeral=source.mode == paths.EPHEMERAL))
         secrets = await self._secret(source.publish_secret, "NodePublishSecretRef")
+        tokens = await token_attributes(self._api, pod, info)
+        if info.token_in_secrets:
+            secrets.update(tokens)
+        else:
+            attributes.update(tokens)
         data = {
             paths.SPEC_VOL_ID: source.spec_name,
             paths.VOLUME_HANDLE: source.handle,

@@ -5,6 +5,7 @@ clean-up a restarted agent does from what is on disk."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from nodeagent.podspec import Pod
-from nodeagent.testing.fake_apiserver import FakeApiServer
+from nodeagent.testing.fake_apiserver import Call, FakeApiServer
 from nodeagent.testing.fake_csi import FakeCsiNode, csi_pv
 from nodeagent.testing.fake_volumes import FakeContentSource, FakeMounter
 from nodeagent.testing.pods import container, pod
@@ -322,3 +323,45 @@ async def test_a_claim_the_resizer_grew_is_expanded_on_the_node_and_marked_done(
     assert status["capacity"] == {"storage": "2Gi"}
     assert "storage" not in (status.get("allocatedResourceStatuses") or {})
     assert not status.get("conditions")
+
+
+@pytest.mark.looptime
+async def test_token_requests_and_republish_as_the_csidriver_asks(
+    node: Node, driver: FakeCsiNode, server: FakeApiServer
+) -> None:
+    server.seed(
+        CSIDRIVERS,
+        {
+            "metadata": {"name": DRIVER},
+            "spec": {
+                "attachRequired": False,
+                "requiresRepublish": True,
+                "tokenRequests": [{"audience": "vault", "expirationSeconds": 600}],
+                "volumeLifecycleModes": ["Ephemeral"],
+            },
+        },
+    )
+
+    def issue(call: Call) -> dict[str, Any]:
+        status = {"token": "t0k", "expirationTimestamp": "2026-01-01T00:10:00Z"}
+        return {**call.body, "status": status}
+
+    server.react("create", "serviceaccounts", issue, times=None)
+    p = pod(
+        "p",
+        uid="uid-1",
+        serviceAccountName="default",
+        volumes=[{"name": "secrets", "csi": {"driver": DRIVER}}],
+    )
+    assert (await node.volumes.set_up(p)).ready
+    [request] = driver.requests
+    assert json.loads(request.volume_context["csi.storage.k8s.io/serviceAccount.tokens"]) == {
+        "vault": {"token": "t0k", "expirationTimestamp": "2026-01-01T00:10:00Z"}
+    }
+    [call] = server.calls_to("create", "serviceaccounts")
+    assert call.body["spec"]["audiences"] == ["vault"]
+    await node.volumes.set_up(p)
+    assert driver.calls.count("NodePublishVolume") == 1
+    await asyncio.sleep(11)
+    await node.volumes.set_up(p)
+    assert driver.calls.count("NodePublishVolume") == 2
