@@ -522,6 +522,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 version=runtime.version(),
             ),
             images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
+            volumes_in_use=lambda: pods.csi.volumes.volumes_in_use() if pods.csi else [],
             other_errors=lambda: shutdown.errors(),  # noqa: PLW0108 - shutdown is built below
             pressure=lambda: Pressure(
                 memory=eviction.under_memory_pressure(),

@@ -422,6 +422,15 @@ class CsiVolumePlugin:
             self._log.v(2).info("UnmountDevice succeeded", driver=driver, volume_handle=handle)
         return done
 
+    def volumes_in_use(self) -> list[str]:
+        """The node status' ``volumesInUse``: every persistent CSI volume staged or being
+        staged for a pod (the kubelet's unique name ``kubernetes.io/csi/<driver>^<handle>``)."""
+        return sorted(
+            f"{paths.PLUGIN_NAME}/{driver}^{handle}"
+            for (driver, handle), staged in self._staged.items()
+            if staged.users
+        )
+
     def forget(self, uid: str) -> None:
         for staged in self._staged.values():
             staged.users.discard(uid)
