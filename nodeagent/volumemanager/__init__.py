@@ -7,9 +7,11 @@ Modules: ``manager.py``, ``layout.py`` (paths and the ``FailedMount`` text), ``h
 kubelet's words), ``affinity.py`` (a PV's ``nodeAffinity``), ``persistent.py`` (hostPath and
 local PVs), ``claimed.py`` (set up once per pod, ``fsGroup``, republish, the resize check),
 ``expansion.py`` (online expansion, pure), ``pvstats.py`` (their Summary entries) and ``csi/``
-(CSI drivers: registration, the CSINode, stage/publish; its own docstring). In: each pod sync, before any container starts (the kubelet's
-``WaitForAttachAndMount``), the pod's ``spec.volumes``, node allocatable memory,
-``/proc/self/mountinfo``. Out:
+(CSI drivers: registration, the CSINode, stage/publish; its own docstring).
+
+In: each pod sync, before any container starts (the kubelet's ``WaitForAttachAndMount``),
+the pod's ``spec.volumes``, node allocatable memory, ``/proc/self/mountinfo``, claims and
+PersistentVolumes. Out:
 
 - ``<rootDir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`` per volume: emptyDir on disk,
   or on tmpfs for ``medium: Memory``; secret and projected on tmpfs (each tmpfs sized by the
@@ -31,7 +33,8 @@ local PVs), ``claimed.py`` (set up once per pod, ``fsGroup``, republish, the res
   failed for volume "x" : ...``, the PV's name for a claim), retried after 0.5 s doubling to
   2 m 2 s;
 - after the pod's containers are gone its CSI volumes are unpublished (and unstaged when no
-  pod uses them), then every mount below the pod dir is unmounted and the volumes removed (the whole dir once the pod has left the API), without following symlinks or
-  crossing mounts; housekeeping does the same for pod dirs no pod owns (agent restart,
+  pod uses them), then every mount below the pod dir is unmounted and the volumes removed
+  (the whole dir once the pod has left the API), without following symlinks or crossing
+  mounts; housekeeping does the same for pod dirs no pod owns (agent restart,
   ``kill -9`` mid-setup).
 """
