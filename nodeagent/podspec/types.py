@@ -393,6 +393,8 @@ class Container(_S, frozen=True):
     termination_message_policy: str = "File"
     security_context: SecurityContext | None = None
     volume_mounts: tuple[VolumeMount, ...] = ()
+    volume_devices: tuple[dict[str, Any], ...] = ()
+    """Read only so that admission refuses them by name (block volumes are not mapped)."""
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
