@@ -7,6 +7,7 @@ prints it. The channel is made on first use, inside the event loop.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -33,13 +34,38 @@ INFO_TIMEOUT: Final = 60.0
 _RPC = pb.NodeServiceCapability.RPC
 
 
-def unix_target(endpoint: str) -> str:
-    """A gRPC target for ``endpoint`` (``unix:///x``, ``unix:/x`` or a plain ``/x``)."""
+MAX_SOCKET_PATH: Final = 107
+"""``sun_path`` holds 108 bytes with its NUL: a longer path cannot be connected to as is."""
+
+
+def socket_path(endpoint: str) -> str:
+    """The socket path of ``endpoint`` (``unix:///x``, ``unix:/x`` or a plain ``/x``)."""
     if endpoint.startswith("unix://"):
-        return "unix:" + endpoint[len("unix://") :]
+        return endpoint[len("unix://") :]
     if endpoint.startswith("unix:"):
-        return endpoint
-    return "unix:" + endpoint
+        return endpoint[len("unix:") :]
+    return endpoint
+
+
+class SocketTarget:
+    """The gRPC target of a unix socket; one whose path is too long for ``sun_path`` (a
+    deep root directory) is reached through a descriptor of its directory
+    (``/proc/self/fd/<n>/<name>``), held until :meth:`close`."""
+
+    def __init__(self, endpoint: str) -> None:
+        path = socket_path(endpoint)
+        self._fd: int | None = None
+        if len(path.encode()) > MAX_SOCKET_PATH:
+            self._fd = os.open(
+                os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+            )
+            path = f"/proc/self/fd/{self._fd}/{os.path.basename(path)}"
+        self.target = "unix:" + path
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def capability(cap: Capability) -> pb.VolumeCapability:
@@ -92,10 +118,12 @@ class CsiNodeClient:
         self._timeout = timeout
         self._channel: grpc.aio.Channel | None = None
         self._node: pb_grpc.NodeStub | None = None
+        self._target: SocketTarget | None = None
 
     def _stub(self) -> pb_grpc.NodeStub:
         if self._node is None:
-            self._channel = grpc.aio.insecure_channel(unix_target(self.endpoint))
+            self._target = SocketTarget(self.endpoint)
+            self._channel = grpc.aio.insecure_channel(self._target.target)
             self._node = pb_grpc.NodeStub(self._channel)  # type: ignore[no-untyped-call]
         return self._node
 
@@ -213,3 +241,6 @@ class CsiNodeClient:
             await self._channel.close()
             self._channel = None
             self._node = None
+        if self._target is not None:
+            self._target.close()
+            self._target = None

@@ -11,7 +11,7 @@ import grpc.aio
 
 from csi_protos.pluginregistration.v1 import api_pb2 as pb
 from csi_protos.pluginregistration.v1 import api_pb2_grpc as pb_grpc
-from nodeagent.csi.client import unix_target
+from nodeagent.csi.client import SocketTarget
 from nodeagent.csi.errors import CsiError
 from nodeagent.csi.types import PluginInfo
 from nodeagent.gotext import grpc_code
@@ -26,7 +26,8 @@ class RegistrationClient:
     def __init__(self, socket_path: str, *, timeout: float = REGISTRATION_TIMEOUT) -> None:
         self.socket_path = socket_path
         self._timeout = timeout
-        self._channel = grpc.aio.insecure_channel(unix_target(socket_path))
+        self._target = SocketTarget(socket_path)
+        self._channel = grpc.aio.insecure_channel(self._target.target)
         self._stub = pb_grpc.RegistrationStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def get_info(self) -> PluginInfo:
@@ -47,6 +48,7 @@ class RegistrationClient:
 
     async def close(self) -> None:
         await self._channel.close()
+        self._target.close()
 
 
 def _error(rpc: str, e: grpc.aio.AioRpcError) -> CsiError:

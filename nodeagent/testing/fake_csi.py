@@ -20,6 +20,7 @@ from csi_protos.csi.v1 import csi_pb2_grpc as pb_grpc
 from csi_protos.pluginregistration.v1 import api_pb2 as reg
 from csi_protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from nodeagent.csi import CsiError
+from nodeagent.csi.client import SocketTarget
 from nodeagent.csi.types import (
     NodeCapabilities,
     NodeInfo,
@@ -183,6 +184,7 @@ class FakeCsiServer:
             )
         )
         self._servers: list[grpc.aio.Server] = []
+        self._targets: list[SocketTarget] = []
 
     @property
     def statuses(self) -> list[tuple[bool, str]]:
@@ -191,7 +193,7 @@ class FakeCsiServer:
     async def start(self, *, register: bool = True) -> None:
         driver = grpc.aio.server()
         pb_grpc.add_NodeServicer_to_server(_NodeServicer(self.node), driver)  # type: ignore[no-untyped-call]
-        driver.add_insecure_port(f"unix:{self.endpoint}")
+        driver.add_insecure_port(self._target(self.endpoint))
         await driver.start()
         self._servers.append(driver)
         if register:
@@ -200,14 +202,23 @@ class FakeCsiServer:
     async def start_registration(self) -> None:
         server = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(self._registrar, server)  # type: ignore[no-untyped-call]
-        server.add_insecure_port(f"unix:{self.registration}")
+        server.add_insecure_port(self._target(self.registration))
         await server.start()
         self._servers.append(server)
+
+    def _target(self, path: Path) -> str:
+        """Listen through a directory descriptor when the path is too long for a socket."""
+        target = SocketTarget(str(path))
+        self._targets.append(target)
+        return target.target
 
     async def stop(self) -> None:
         for server in self._servers:
             await server.stop(None)
         self._servers.clear()
+        for target in self._targets:
+            target.close()
+        self._targets.clear()
         for path in (self.registration, self.endpoint):
             if path.exists():
                 path.unlink()

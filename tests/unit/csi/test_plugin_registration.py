@@ -175,3 +175,26 @@ async def test_a_driver_whose_node_info_fails_is_not_registered(
     assert not ok
     assert "driverNodeID must not be empty" in error
     assert csi.drivers.names() == []
+
+
+async def test_a_registry_deeper_than_a_socket_path_allows_still_registers(
+    short_dir: Path, server: FakeApiServer
+) -> None:
+    deep = short_dir / ("d" * 60) / ("e" * 60)
+    csi, plugins = wire(deep, server)
+    plugins.directory.mkdir(parents=True)
+    registration = plugins.directory / f"{DRIVER}-reg.sock"
+    assert len(str(registration)) > 108
+    fake = FakeCsiServer(
+        node=FakeCsiNode(node_id="n-1"),
+        name=DRIVER,
+        endpoint=deep / "csi.sock",
+        registration=registration,
+    )
+    await fake.start()
+    try:
+        await plugins.sync()
+    finally:
+        await fake.stop()
+    assert fake.statuses == [(True, "")]
+    assert csi.drivers.names() == [DRIVER]
