@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from nodeagent.csi import CsiError, CsiNode, CsiNodeClient
+from nodeagent.csi import CsiError, CsiNode, CsiNodeClient, NodeCapabilities
 from nodeagent.log import Logger, get_logger
 
 CSI_PLUGIN_TYPE: Final = "CSIPlugin"
@@ -66,6 +66,7 @@ class DriverRegistry:
     def __init__(self, *, client: Callable[[str], CsiNode] = CsiNodeClient) -> None:
         self._drivers: dict[str, Driver] = {}
         self._clients: dict[str, CsiNode] = {}
+        self._capabilities: dict[str, NodeCapabilities] = {}
         self._factory = client
 
     def get(self, name: str) -> Driver | None:
@@ -77,9 +78,21 @@ class DriverRegistry:
     def set(self, driver: Driver) -> None:
         self._drivers[driver.name] = driver
         self._clients.pop(driver.name, None)
+        self._capabilities.pop(driver.name, None)
+
+    async def capabilities(self, name: str) -> NodeCapabilities:
+        """The driver's ``NodeGetCapabilities``, asked once per registration (a driver's
+        capabilities do not change while it runs); raises ``CsiUnknownDriver``/``CsiError``."""
+        found = self._capabilities.get(name)
+        if found is None:
+            found = await self.client(name).node_get_capabilities()
+            if name in self._drivers:
+                self._capabilities[name] = found
+        return found
 
     async def remove(self, name: str) -> None:
         self._drivers.pop(name, None)
+        self._capabilities.pop(name, None)
         client = self._clients.pop(name, None)
         if client is not None:
             await client.close()

@@ -219,7 +219,7 @@ class CsiVolumePlugin:
                 spec_name=source.spec_name,
             ) from e
         try:
-            caps = await client.node_get_capabilities()
+            caps = await self._drivers.capabilities(source.driver)
         except CsiError as e:
             raise VolumeSetupError(str(e), spec_name=source.spec_name) from e
         mode = access_mode(
@@ -442,7 +442,7 @@ class CsiVolumePlugin:
             client = self._drivers.client(handle.driver)
         except CsiUnknownDriver as e:
             raise CsiError(rpc="NodeExpandVolume", code="Unavailable", details=str(e)) from e
-        if not (await client.node_get_capabilities()).expand_volume:
+        if not (await self._drivers.capabilities(handle.driver)).expand_volume:
             return
         await client.node_expand_volume(handle.volume_handle, path, size, handle.staging_path)
 
