@@ -4,7 +4,8 @@ kubelet's ``csi.RegistrationHandler``).
 ``validate_plugin``: a driver must speak a CSI ``1.x`` version (``none of the versions
 specified ["0.3.0"] are supported``); a driver already registered with a higher version is
 refused. ``register_plugin``: the driver is known by its endpoint at once, then asked
-``NodeGetInfo`` and put on the Node and the CSINode (``nodeinfo.py``); if that fails it is
+``NodeGetInfo`` (and ``NodeGetCapabilities``, kept while it stays registered) and put on
+the Node and the CSINode (``nodeinfo.py``); if that fails it is
 forgotten again (``failed to add CSI driver to node``). ``deregister_plugin``: forgotten and
 taken off the CSINode.
 """
@@ -143,6 +144,7 @@ class CsiRegistrationHandler:
         self._drivers.set(Driver(name, endpoint, highest_supported_version(versions)))
         try:
             info = await self._drivers.client(name).node_get_info()
+            await self._drivers.capabilities(name)  # kept for every volume of the driver
             await self._node_info.install_driver(
                 name, info.node_id, info.max_volumes_per_node, dict(info.topology)
             )
