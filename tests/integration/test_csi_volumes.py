@@ -7,9 +7,11 @@ external-provisioner and external-resizer: ``csidriver.py``).
 - a StatefulSet with a claim template on the driver's StorageClass: the provisioner makes the
   volume on this node (by the CSINode's topology), the agent stages and publishes it, the pod
   writes; deleted and recreated, it reads what the first wrote; scaled to 0 and back to 1, too;
-  /stats/summary lists the volume with its pvcRef;
 - the claim expanded online: the resizer grows the volume, the agent runs NodeExpandVolume and
-  marks the claim's status, the pod sees the new size;
+  marks the claim's status (the hostpath driver's volume is a directory: its size is the host
+  file system's, so the pod's ``df`` does not change); ``/stats/summary`` lists the volume
+  (``NodeGetVolumeStats``) under the pod's volume name with its ``pvcRef``, and ``/metrics``
+  has its ``kubelet_volume_stats_*`` series;
 - the agent killed with SIGKILL while NodeStageVolume, or NodePublishVolume, hangs in the
   driver: once it is started again no mount is left of what was deleted meanwhile, the pod that
   stays starts, and after the last pod goes nothing is mounted or staged.
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import AgentNode, agent_node, api_get, pods_in, wait_ready
+from agentproc import AgentNode, agent_node, api_get, configure_kubelet, pods_in, wait_ready
 from csidriver import Driver, hostpath_driver
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
@@ -55,6 +57,11 @@ def apply(control_plane: ControlPlane, obj: dict[str, Any]) -> None:
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
 
+def kubectl_raw(control_plane: ControlPlane, path: str) -> str:
+    done = control_plane.kubectl("get", "--raw", path, check=False)
+    return done.stdout if done.returncode == 0 else ""
+
+
 def claim_of(control_plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
     return api_get(control_plane, f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}") or {}
 
@@ -82,11 +89,42 @@ async def web_started(
     return str(uid)
 
 
+async def usage_reported(
+    control_plane: ControlPlane, node: AgentNode, pod: str, claim_name: str
+) -> None:
+    """``pod``'s claim in ``/stats/summary`` (through the apiserver's node proxy) with its
+    ``pvcRef`` and usage, and its ``kubelet_volume_stats_*`` series on ``/metrics``."""
+
+    def summary_volume() -> dict[str, Any] | None:
+        raw = kubectl_raw(control_plane, f"/api/v1/nodes/{node.name}/proxy/stats/summary")
+        for entry in json.loads(raw or "{}").get("pods", []):
+            if entry["podRef"]["name"] == pod:
+                for volume in entry.get("volume", []):
+                    if volume["name"] == "data":
+                        return dict(volume)
+        return None
+
+    volume = await until(f"{pod}'s data volume in the Summary", summary_volume, within=60)
+    assert volume["pvcRef"] == {"name": claim_name, "namespace": node.namespace}
+    assert volume["capacityBytes"] > 0 and "usedBytes" in volume
+    series = (
+        f'kubelet_volume_stats_capacity_bytes{{namespace="{node.namespace}",'
+        f'persistentvolumeclaim="{claim_name}"}}'
+    )
+    await until(
+        "the claim's kubelet_volume_stats_* series",
+        lambda: series in kubectl_raw(control_plane, f"/api/v1/nodes/{node.name}/proxy/metrics"),
+        within=60,
+        every=2,
+    )
+
+
 async def test_a_statefulset_keeps_its_data_on_a_csi_volume_and_it_grows_online(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path, root: Path
 ) -> None:
     with no_mounts_left(tmp_path):
         async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+            configure_kubelet(node, control_plane)  # /stats/summary through the apiserver
             node.start()
             await wait_ready(control_plane, node, status="True", within=90)
             with hostpath_driver(
@@ -180,6 +218,8 @@ async def test_a_statefulset_keeps_its_data_on_a_csi_volume_and_it_grows_online(
                 )
                 status = claim_of(control_plane, node.namespace, "data-web-0")["status"]
                 assert "storage" not in (status.get("allocatedResourceStatuses") or {})
+
+                await usage_reported(control_plane, node, "web-0", "data-web-0")
                 assert "Traceback" not in node.log_text(), node.log_tail()
 
                 control_plane.kubectl("delete", "statefulset", "web", *ns)
