@@ -17,6 +17,7 @@ from nodeagent.cm import cli as swap_cli
 from nodeagent.cm.host import fail_swap_on_refusal
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
+from nodeagent.join import cli as join_cli
 from nodeagent.nodeshutdown import cli as shutdown_cli
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     config_cli.register(sub)
+    join_cli.register(sub)
     status_cli.register(sub)
     proxy_cli.register(sub)
     shutdown_cli.register(sub)
@@ -66,11 +68,36 @@ def _version(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_credential_providers(cfg: config.Config) -> None:
+    """The credential provider plugin config and binaries, checked before anything starts
+    (the kubelet refuses to start on a bad one); raises ConfigError listing each problem."""
+    node = cfg.node
+    if not node.image_credential_provider_config_path:
+        return
+    from nodeagent.config import features
+    from nodeagent.config.credentialproviders import ProviderConfigError, load_providers
+
+    try:
+        load_providers(
+            node.image_credential_provider_config_path,
+            node.image_credential_provider_bin_dir,
+            features.effective(cfg.kubelet.feature_gates),
+        )
+    except ProviderConfigError as e:
+        errors = [
+            ConfigError("node.imageCredentialProviderConfigPath", f"{where}: {message}")
+            for where, message in e.problems
+        ]
+        first = errors[0]
+        raise ConfigError(first.path, first.message, more=tuple(errors[1:])) from e
+
+
 def _run(args: argparse.Namespace) -> int:
     from nodeagent import agent, log
 
     try:
         cfg = config.resolve(args)
+        check_credential_providers(cfg)
     except ConfigError as e:
         config_cli.report(e)
         return EXIT_USAGE

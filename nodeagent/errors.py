@@ -26,6 +26,9 @@ derives from :class:`AgentError`, so a caller can tell them from a bug's excepti
     ├── MountError               mount/umount of a volume (volumemanager.mounter)
     ├── ImageGCError             an image GC pass that failed or freed too little (gc.images)
     ├── ConntrackError           the conntrack tool failed (proxy.conntrack)
+    ├── PluginError              a credential plugin's run failed (credentialprovider.plugin)
+    ├── JoinError                `nodeagent join` refused or failed (join.token)
+    │   └── SignatureMissing     cluster-info not yet signed for the token: retried (join.verify)
     ├── CertificateError         a client CSR denied, failed or not fitting our key (certificate)
     ├── IsolatedError            the certificate helper process failed (certificate.isolated)
     ├── ServingCertError         a serving CSR denied, failed or not fitting (server.servingcert)
@@ -43,7 +46,9 @@ Outside the tree, deliberately:
   containerlogs.options.LogOptionsError, server.streaming.BadOptions, server.wire.WireError,
   volumemanager.content.writer.InvalidPath, apiserver.patch.JsonPatchError (the fake
   apiserver's JSON patch), volumemanager.affinity.AffinityError (a PV's node affinity that
-  does not match, or cannot be read).
+  does not match, or cannot be read), config.credentialproviders.ProviderConfigError (the
+  plugin configuration file), credentialprovider.dockerconfig.DockerConfigError (a pull
+  secret's content), kuberuntime.pullrecords.RecordError (a pull record file on disk).
 - A result carried from a helper to its caller in the same manager, already worded as the
   kubelet's message or status, never reported as an error of its own:
   kuberuntime.images.ImageFailure (a container failure and when to retry),
@@ -55,7 +60,10 @@ Outside the tree, deliberately:
   ``FailedMount`` text),
   nodestatus.setters.AddressError (the node's address problem, a Ready message),
   config.problem.Invalid (problems not yet located; load turns them into ConfigError),
-  prober.http._HttpError (private to the HTTP probe).
+  prober.http._HttpError (private to the HTTP probe),
+  kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
+  credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
+  the plugin requires: the pull goes on without that plugin's credentials).
 - A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and

@@ -31,14 +31,28 @@ from nodeagent.apiserver.errors import (
 from nodeagent.apiserver.interface import Api, ObjectList, WatchEvent
 from nodeagent.apiserver.kubeconfig import Endpoint, load_kubeconfig, render_kubeconfig
 from nodeagent.apiserver.patch import PatchType
-from nodeagent.apiserver.resources import CSRS, EVENTS, LEASES, NODES, PODS, Obj, Resource
+from nodeagent.apiserver.resources import (
+    CONFIGMAPS,
+    CSRS,
+    EVENTS,
+    LEASES,
+    NODES,
+    PODS,
+    SECRETS,
+    SERVICES,
+    Obj,
+    Resource,
+)
 
 __all__ = [
+    "CONFIGMAPS",
     "CSRS",
     "EVENTS",
     "LEASES",
     "NODES",
     "PODS",
+    "SECRETS",
+    "SERVICES",
     "AlreadyExists",
     "Api",
     "ApiClient",

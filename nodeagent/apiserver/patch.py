@@ -42,18 +42,8 @@ NODE_SCHEMA: Final[Schema] = {
 
 
 def two_way_merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
-    patch: Obj = {}
-    for key in old.keys() - new.keys():
-        patch[key] = None
-    for key, value in new.items():
-        before = old.get(key, _MISSING)
-        if before == value:
-            continue
-        if isinstance(before, Mapping) and isinstance(value, Mapping):
-            patch[key] = two_way_merge_patch(before, value)
-        else:
-            patch[key] = copy.deepcopy(value)
-    return patch
+    # A strategic merge patch without merge keys: every list is replaced whole.
+    return two_way_strategic_patch(old, new, schema={})
 
 
 def apply_merge_patch(target: object, patch: object) -> Any:

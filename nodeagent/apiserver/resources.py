@@ -52,6 +52,9 @@ class Resource:
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 CSRS = Resource(

@@ -18,8 +18,11 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "GracefulNodeShutdownBasedOnPodPriority": True,
         "HostnameOverride": True,
         "ImageMaximumGCAge": True,
+        "ImageVolume": True,  # GA in 1.36: volumes[].image through the runtime
         "KubeletFineGrainedAuthz": True,
+        "KubeletEnsureSecretPulledImages": True,  # beta: pull records, credential checks
         "KubeletPSI": True,
+        "KubeletServiceAccountTokenForCredentialProviders": True,  # beta: plugin tokenAttributes
         "NodeDeclaredFeatures": True,
         "NodeSwap": True,
         "PSINodeCondition": False,  # alpha (KEP-5394): PSI contention node conditions

@@ -150,6 +150,22 @@ FLAGS: tuple[Flag, ...] = (
         optional_value=True,
     ),
     Flag(("--root-dir",), "root_dir", "node.rootDir", _path, "state directory", "PATH"),
+    Flag(
+        ("--image-credential-provider-config",),
+        "image_credential_provider_config",
+        "node.imageCredentialProviderConfigPath",
+        _path,
+        "credential provider plugin config file or directory",
+        "PATH",
+    ),
+    Flag(
+        ("--image-credential-provider-bin-dir",),
+        "image_credential_provider_bin_dir",
+        "node.imageCredentialProviderBinDir",
+        _path,
+        "directory of the credential provider plugin executables",
+        "PATH",
+    ),
     Flag(("-v", "--v"), "verbosity", "kubelet.logging.verbosity", _int, "log verbosity", "N"),
 )
 

@@ -162,7 +162,9 @@ def _flags_table() -> str:
     rows.append(
         "`--register-node` alone means true; `--register-node=false` turns registration off. "
         "`--node-labels` and `--register-with-taints` may be repeated; `-v` takes `-v 2`, "
-        "`-v=2` or `--v=2`."
+        "`-v=2` or `--v=2`. `nodeagent join` writes the flags it decided "
+        "(`--bootstrap-kubeconfig`, `--hostname-override`, `--node-ip`) to "
+        "`<rootDir>/join-flags.env`, which the systemd unit passes before `NODEAGENT_ARGS`."
     )
     return "\n".join(rows) + "\n"
 

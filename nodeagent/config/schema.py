@@ -27,7 +27,9 @@ class NodeConfiguration(Section, frozen=True):
         str,
         doc(
             "Kubeconfig with a bootstrap token, used to obtain a client certificate when "
-            "`kubeconfig` does not exist yet; empty disables TLS bootstrap."
+            "`kubeconfig` does not exist yet; empty disables TLS bootstrap. `nodeagent join` "
+            "writes it here (or as `bootstrap-kubeconfig` beside `kubeconfig` when empty) and "
+            "passes it as `--bootstrap-kubeconfig` in `<rootDir>/join-flags.env`."
         ),
     ] = ""
     hostname_override: Annotated[
@@ -50,6 +52,22 @@ class NodeConfiguration(Section, frozen=True):
     root_dir: Annotated[
         str, doc("State directory (pods, volumes, plugins, certificates, checkpoints).")
     ] = "/var/lib/nodeagent"
+    image_credential_provider_config_path: Annotated[
+        str,
+        doc(
+            "Credential provider plugin config (`--image-credential-provider-config`): a "
+            "`CredentialProviderConfig` file (YAML or JSON, `kubelet.config.k8s.io/v1`), or a "
+            "directory whose `*.json`/`*.yaml`/`*.yml` files are merged in lexical order; "
+            "empty: no plugins. Needs `imageCredentialProviderBinDir`."
+        ),
+    ] = ""
+    image_credential_provider_bin_dir: Annotated[
+        str,
+        doc(
+            "Directory of the credential provider plugin executables "
+            "(`--image-credential-provider-bin-dir`); each provider's `name` is its file here."
+        ),
+    ] = ""
 
 
 class ConntrackConfiguration(Section, frozen=True):

@@ -203,6 +203,31 @@ class KubeletConfiguration(Section, frozen=True):
     max_parallel_image_pulls: Annotated[
         int | None, doc("Max parallel pulls; null = 1 if serialized, else unlimited.")
     ] = None
+    image_pull_credentials_verification_policy: Annotated[
+        Literal[
+            "NeverVerify",
+            "NeverVerifyPreloadedImages",
+            "NeverVerifyAllowlistedImages",
+            "AlwaysVerify",
+        ],
+        doc(
+            "Gate KubeletEnsureSecretPulledImages: when a pod may use an image already on the "
+            "node without pulling it with its own credentials. `NeverVerify`: always. "
+            "`NeverVerifyPreloadedImages`: images the agent did not pull serve every pod; one "
+            "it pulled with a pull secret serves only pods with that secret (or its "
+            "credential), the others pull it again. `NeverVerifyAllowlistedImages`: like the "
+            "latter, but only the images of `preloadedImagesVerificationAllowlist` are exempt. "
+            "`AlwaysVerify`: every image is checked. Records: `<rootDir>/image_manager/`."
+        ),
+    ] = "NeverVerifyPreloadedImages"
+    preloaded_images_verification_allowlist: Annotated[
+        tuple[str, ...],
+        doc(
+            "With `NeverVerifyAllowlistedImages`: images (no tag or digest, e.g. "
+            "`registry.example.com/base`) or prefixes ending in `/*` that never need "
+            "credentials."
+        ),
+    ] = ()
     # --- runtime and cgroups --------------------------------------------------------------
     container_runtime_endpoint: Annotated[str, doc("CRI runtime socket URL.")] = (
         "unix:///run/containerd/containerd.sock"

@@ -35,9 +35,18 @@ def _node(n: NodeConfiguration, out: Findings) -> None:
         ("kubeconfig", n.kubeconfig, False),
         ("bootstrapKubeconfig", n.bootstrap_kubeconfig, False),
         ("rootDir", n.root_dir, True),
+        ("imageCredentialProviderConfigPath", n.image_credential_provider_config_path, False),
+        ("imageCredentialProviderBinDir", n.image_credential_provider_bin_dir, False),
     ):
         if value or required:
             out.check(child("node", name), value, syntax.check_absolute_path(value))
+    if n.image_credential_provider_config_path and not n.image_credential_provider_bin_dir:
+        out.add(
+            "node.imageCredentialProviderBinDir",
+            "must be set when node.imageCredentialProviderConfigPath is (the directory of the "
+            "plugin executables)",
+            n.image_credential_provider_bin_dir,
+        )
     if n.hostname_override:
         out.check(
             "node.hostnameOverride",

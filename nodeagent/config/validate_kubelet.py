@@ -20,6 +20,7 @@ from nodeagent.config.units import (
     parse_quantity,
     parse_reserve_percentage,
 )
+from nodeagent.credentialprovider import pullpolicy
 
 P = "kubelet"
 RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
@@ -184,6 +185,7 @@ def _images(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -
         )
     if max_age.nanoseconds > 0 and not gates["ImageMaximumGCAge"]:
         out.add(_p("imageMaximumGCAge"), "requires feature gate ImageMaximumGCAge", max_age)
+    _pull_verification(k, gates, out)
     parallel = k.max_parallel_image_pulls
     if parallel is not None and parallel < 1:
         out.add(_p("maxParallelImagePulls"), f"{parallel} must be >= 1 (or null)", parallel)
@@ -193,6 +195,32 @@ def _images(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -
             f"{parallel} cannot be larger than 1 unless {_p('serializeImagePulls')} is false",
             parallel,
         )
+
+
+def _pull_verification(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -> None:
+    allowlist = k.preloaded_images_verification_allowlist
+    if not gates["KubeletEnsureSecretPulledImages"]:
+        if allowlist:
+            out.add(
+                _p("preloadedImagesVerificationAllowlist"),
+                "must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled",
+                list(allowlist),
+            )
+        return
+    policy = k.image_pull_credentials_verification_policy
+    if allowlist and policy != pullpolicy.NEVER_VERIFY_ALLOWLISTED:
+        out.add(
+            _p("preloadedImagesVerificationAllowlist"),
+            "can't be set if imagePullCredentialsVerificationPolicy is not "
+            f'"{pullpolicy.NEVER_VERIFY_ALLOWLISTED}" (it is "{policy}")',
+            list(allowlist),
+        )
+        return
+    for i, pattern in enumerate(allowlist):
+        try:
+            pullpolicy.allowlist_pattern(pattern)
+        except ValueError as e:
+            out.add(item(_p("preloadedImagesVerificationAllowlist"), i), str(e), pattern)
 
 
 def _runtime(k: KubeletConfiguration, out: Findings) -> None:

@@ -148,10 +148,7 @@ class ImageGC:
     async def garbage_collect(self, *, began: float) -> ImageGCResult:
         result = ImageGCResult()
         now = self._clock.now().timestamp()
-        listed = [listed_image(i) for i in await self._images.list_images()]
-        in_use = images_in_use(listed, await self._in_use_refs())
-        self._records = detect(self._records, listed, in_use=in_use, now=now)
-        candidates = eviction_order(self._records.values(), in_use=in_use)
+        candidates = await self._candidates(now)
 
         old = too_old(candidates, now=now, began=began, max_age=self._policy.max_age)
         errors = [e for e in [await self._remove(r, result, "age") for r in old] if e]
@@ -211,10 +208,7 @@ class ImageGC:
         (the kubelet's ``DeleteUnusedImages``)."""
         result = ImageGCResult()
         now = self._clock.now().timestamp()
-        listed = [listed_image(i) for i in await self._images.list_images()]
-        in_use = images_in_use(listed, await self._in_use_refs())
-        self._records = detect(self._records, listed, in_use=in_use, now=now)
-        candidates = eviction_order(self._records.values(), in_use=in_use)
+        candidates = await self._candidates(now)
         errors = [
             e
             for r in space_candidates(candidates, now=now, min_age=self._policy.min_age)
@@ -226,6 +220,15 @@ class ImageGC:
                 f"{aggregate(errors)}"
             )
         return result
+
+    async def _candidates(self, now: float) -> list[ImageRecord]:
+        """The images present now, recorded with when they were first seen and last used,
+        in the order they are removed (the kubelet's ``detectImages`` then the eviction
+        order); images in use and pinned ones are left out."""
+        listed = [listed_image(i) for i in await self._images.list_images()]
+        in_use = images_in_use(listed, await self._in_use_refs())
+        self._records = detect(self._records, listed, in_use=in_use, now=now)
+        return eviction_order(self._records.values(), in_use=in_use)
 
     async def _image_fs(self) -> tuple[int, int]:
         filesystems = (await self._images.image_fs_info()).image_filesystems

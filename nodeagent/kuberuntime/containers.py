@@ -47,7 +47,18 @@ from nodeagent.kuberuntime.hooks import (
     grace_after_pre_stop,
     stop_grace,
 )
-from nodeagent.kuberuntime.images import ImageFailure, ImageManager
+from nodeagent.kuberuntime.images import (
+    ImageManager,
+    ImageOptions,
+    SecretsLoader,
+    no_secrets,
+)
+from nodeagent.kuberuntime.imagevolumes import (
+    ImageVolumes,
+    image_volume_mounts,
+    prepare_images,
+    pull_image_volumes,
+)
 from nodeagent.kuberuntime.labels import container_hash
 from nodeagent.kuberuntime.mounts import PodMounts, to_cri
 from nodeagent.kuberuntime.podfiles import Files, legacy_log_symlink
@@ -125,6 +136,7 @@ class ContainerRunner:
         backoff: Backoff,
         hooks: HookRunner,
         log: Logger,
+        image_options: ImageOptions | None = None,
     ) -> None:
         def wall() -> float:
             return clock.now().timestamp()
@@ -139,12 +151,24 @@ class ContainerRunner:
         self._files = files
         self._backoff = backoff
         image_backoff = Backoff(now=wall, initial=IMAGE_BACKOFF_INITIAL, cap=IMAGE_BACKOFF_MAX)
-        self._images = ImageManager(images=images, backoff=image_backoff, monotonic=clock.monotonic)
+        self._images = ImageManager(
+            images=images, backoff=image_backoff, monotonic=clock.monotonic, options=image_options
+        )
         self._log = log
 
     @property
     def _settings(self) -> PodRuntimeSettings:
         return self._get_settings()
+
+    async def ensure_image_volumes(
+        self,
+        pod: Pod,
+        sandbox_config: cri.PodSandboxConfig,
+        result: SyncResult,
+        secrets: SecretsLoader,
+    ) -> ImageVolumes:
+        """Pull the pod's image volumes (see :mod:`.imagevolumes`)."""
+        return await pull_image_volumes(self._images, pod, sandbox_config, result, secrets)
 
     def forget(self, uid: str) -> None:
         """Drop a deleted pod's back-offs and termination messages."""
@@ -208,9 +232,13 @@ class ContainerRunner:
         inputs: EnvInputs,
         result: SyncResult,
         volumes: PodMounts,
+        pull_secrets: SecretsLoader = no_secrets,
+        image_volumes: ImageVolumes | None = None,
     ) -> bool:
         """Start one container (and run its postStart hook); False when it did not start.
-        An ephemeral container joins its target's PID namespace (``targetContainerName``)."""
+        An ephemeral container joins its target's PID namespace (``targetContainerName``).
+        ``image_volumes``: the pod's image volumes as :meth:`ensure_image_volumes` pulled
+        them; a container mounting one that failed fails with its pull error."""
 
         def failed(message: str) -> None:
             result.event("Warning", "Failed", message, container=container.name)
@@ -224,14 +252,18 @@ class ContainerRunner:
         previous = state.find(container.name)
         if self._backing_off(pod, container, state, result):
             return False
-        try:
-            image_ref = await self._images.ensure_image(pod, container, sandbox_config, result)
-        except ImageFailure as e:
-            result.failures[container.name] = e.failure
-            failed(f"Error: {e.failure.reason}")
-            if e.retry_in is not None:
-                result.retry_after(e.retry_in)
+        prepared = await prepare_images(
+            self._images,
+            pod,
+            container,
+            sandbox_config=sandbox_config,
+            result=result,
+            secrets=pull_secrets,
+            image_volumes=image_volumes,
+        )
+        if prepared is None:
             return False
+        image_ref, container, image_mounts = prepared
         restart_count = previous.restart_count + 1 if previous is not None else 0
         message_file = termination_message_file(self._settings, pod, container, new_instance_id())
         try:
@@ -248,6 +280,7 @@ class ContainerRunner:
                 inputs=inputs,
                 mounts=[
                     *(to_cri(m) for m in mounts),
+                    *image_volume_mounts(image_mounts, image_volumes or {}, pod),
                     *hosts,
                     *termination_message_mounts(message_file),
                 ],

@@ -306,29 +306,6 @@ def expand_command(
     return command, args
 
 
-def referenced_objects(pod: Pod) -> tuple[set[str], set[str]]:
-    """Names of the ConfigMaps and Secrets the containers' environments read."""
-    config_maps: set[str] = set()
-    secrets: set[str] = set()
-    for container in (
-        *pod.spec.init_containers,
-        *pod.spec.containers,
-        *pod.spec.ephemeral_containers,
-    ):
-        for source in container.env_from:
-            if source.config_map_ref is not None:
-                config_maps.add(source.config_map_ref.name)
-            if source.secret_ref is not None:
-                secrets.add(source.secret_ref.name)
-        for var in container.env:
-            if var.value_from is not None:
-                if var.value_from.config_map_key_ref is not None:
-                    config_maps.add(var.value_from.config_map_key_ref.name)
-                if var.value_from.secret_key_ref is not None:
-                    secrets.add(var.value_from.secret_key_ref.name)
-    return config_maps, secrets
-
-
 MASTER_SERVICES: Final = frozenset({"kubernetes"})
 
 

@@ -32,6 +32,7 @@ from nodeagent.kuberuntime.dns import PodDNSError
 from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import HookRunner
+from nodeagent.kuberuntime.images import ImageOptions, SecretsLoader, no_secrets, once
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
 from nodeagent.kuberuntime.podfiles import Files, PodFiles
@@ -79,10 +80,12 @@ class RuntimeManager:
         hooks: HookRunner | None = None,
         relisted: RelistView | None = None,
         log: Logger | None = None,
+        image_options: ImageOptions | None = None,
     ) -> None:
         """``cgroup_driver``: the driver the runtime uses (the connection asks it once);
         ``settings.cgroup_driver`` is used as it is when omitted. ``relisted``: the PLEG's
-        view of its last relist (without it every ``pod_state`` asks the runtime)."""
+        view of its last relist (without it every ``pod_state`` asks the runtime).
+        ``image_options``: how images are pulled (parallelism, credentials, pull records)."""
 
         def wall() -> float:
             return clock.now().timestamp()
@@ -103,6 +106,7 @@ class RuntimeManager:
             backoff=backoff or Backoff(now=wall),
             hooks=hooks or HookRunner(runtime=runtime),
             log=self._log,
+            image_options=image_options,
         )
         self._relisted = relisted
         self._states: dict[str, tuple[float, PodRuntimeState]] = {}
@@ -208,13 +212,15 @@ class RuntimeManager:
         startup: StartupResults | None = None,
         failed_probes: Mapping[str, str] | None = None,
         resize_restarts: Mapping[str, str] | None = None,
+        pull_secrets: SecretsLoader = no_secrets,
     ) -> SyncResult:
         """Carry out the plan; ``on_event`` gets each event as it happens; ``volumes``
         gives each container's mounts (none set up: a container that mounts one fails);
         ``startup``: the startup probes' results by container id; ``failed_probes``
         (container ID -> ``liveness``/``startup``) names the containers the prober condemned.
         ``inputs``: the containers' environment inputs, or how to get them: asked only when a
-        container is to start (a periodic sync of a running pod fetches none)."""
+        container is to start (a periodic sync of a running pod fetches none); so are the
+        ``pull_secrets`` (once per sync, and only when an image needs credentials)."""
         result = SyncResult(on_event=on_event)
         actions = compute_pod_actions(
             pod, state, failed_probes, startup=startup, resize_restarts=resize_restarts
@@ -286,6 +292,12 @@ class RuntimeManager:
         # The kubelet's step 5: ephemeral containers first, so that a debug container runs
         # even while an init container keeps failing.
         ephemeral = {c.name: c for c in pod.spec.ephemeral_containers}
+        secrets = once(pull_secrets)
+        image_volumes = None
+        if any(v.image is not None for v in pod.spec.volumes):
+            image_volumes = await self._containers.ensure_image_volumes(
+                pod, sandbox_config, result, secrets
+            )
 
         async def start(container: Container) -> bool:
             return await self._containers.start_container(
@@ -297,6 +309,8 @@ class RuntimeManager:
                 inputs=env,
                 result=result,
                 volumes=volumes or NoVolumes(),
+                pull_secrets=secrets,
+                image_volumes=image_volumes,
             )
 
         for name in actions.ephemeral_containers_to_start:

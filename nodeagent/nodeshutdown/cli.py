@@ -21,12 +21,11 @@ from typing import Any, TextIO
 import msgspec
 
 from nodeagent import config, hostinfo
-from nodeagent.apiserver import ApiClient, ApiError
+from nodeagent.apiserver import PODS, ApiClient, ApiError
 from nodeagent.apiserver.kubeconfig import load_kubeconfig
 from nodeagent.errors import ConfigError
 from nodeagent.logind import DbusLogind, LogindError
 from nodeagent.nodeshutdown.policy import plan, render_plan, shutdown_groups
-from nodeagent.pods.sync import ALL_PODS
 from nodeagent.podspec import Pod, decode_checked_pod
 
 EXIT_OK = 0
@@ -83,7 +82,7 @@ async def _api_pods(cfg: config.Config) -> list[dict[str, Any]]:
     node = (cfg.node.hostname_override or hostinfo.hostname()).strip().lower()
     client = ApiClient(endpoint=load_kubeconfig(cfg.node.kubeconfig))
     try:
-        listed = await client.list(ALL_PODS, field_selector=f"spec.nodeName={node}")
+        listed = await client.list(PODS, field_selector=f"spec.nodeName={node}")
     finally:
         await client.aclose()
     return list(listed.items)

@@ -1,5 +1,6 @@
 """What a pod's containers' environment is made from (:class:`EnvInputs`): the ConfigMaps
-and Secrets the containers' ``env``/``envFrom`` name, fetched from the API when a container is
+and Secrets the containers' ``env``/``envFrom`` name, read through the node's ConfigMap and
+Secret managers (:mod:`nodeagent.objectmanager`, shared with the volumes) when a container is
 to start (never by a sync that starts nothing); the Services of every namespace for the
 ``*_SERVICE_HOST`` variables, from a cache; the node's IPs and allocatable from callables.
 """
@@ -13,12 +14,12 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from nodeagent.apiserver import Api, NotFound, Resource
-from nodeagent.kuberuntime.env import EnvInputs, referenced_objects, service_env
-from nodeagent.podspec import Pod
+from nodeagent.apiserver import Api
+from nodeagent.clock import RealClock
+from nodeagent.kuberuntime.env import EnvInputs, service_env
+from nodeagent.objectmanager import ObjectManager, config_map_manager, secret_manager
+from nodeagent.podspec import Pod, referenced_objects
 
-CONFIGMAPS: Final = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
-SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SERVICES_FIRST_LIST_WAIT: Final = 5.0
 
 
@@ -27,7 +28,7 @@ class EnvSource(Protocol):
 
 
 class ApiEnvSource:
-    """ConfigMaps and Secrets a pod's environment reads, fetched from the API when needed;
+    """ConfigMaps and Secrets a pod's environment reads, through their managers when needed;
     Services from a cache; the node's IPs and allocatable from callables."""
 
     def __init__(
@@ -39,21 +40,27 @@ class ApiEnvSource:
         services: Callable[[], Sequence[Mapping[str, Any]]] = list,
         services_synced: Callable[[], bool] = lambda: True,
         wait_services: Callable[[], Awaitable[None]] | None = None,
+        config_maps: ObjectManager | None = None,
+        secrets: ObjectManager | None = None,
     ) -> None:
-        self._api = api
+        """``config_maps``, ``secrets``: the node's managers (without them, managers of its
+        own over ``api`` with no pod registered: every object is fetched when read)."""
+        self._config_maps = config_maps or config_map_manager(api=api, clock=RealClock())
+        self._secrets = secrets or secret_manager(api=api, clock=RealClock())
         self._host_ips = host_ips
         self._allocatable = allocatable
         self._services = services
         self._services_synced = services_synced
         self._wait_services = wait_services
 
-    async def _data(self, res: Resource, namespace: str, name: str) -> dict[str, str] | None:
-        try:
-            obj = await self._api.get(res, name, namespace=namespace)
-        except NotFound:
+    async def _data(
+        self, manager: ObjectManager, namespace: str, name: str
+    ) -> dict[str, str] | None:
+        obj = await manager.get(namespace, name)
+        if obj is None:
             return None
         data = {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
-        if res is SECRETS:
+        if manager is self._secrets:
             try:
                 data = {k: base64.b64decode(v).decode() for k, v in data.items()}
             except (binascii.Error, UnicodeDecodeError):
@@ -62,8 +69,10 @@ class ApiEnvSource:
 
     async def inputs(self, pod: Pod) -> EnvInputs:
         config_map_names, secret_names = referenced_objects(pod)
-        config_maps = {n: await self._data(CONFIGMAPS, pod.namespace, n) for n in config_map_names}
-        secrets = {n: await self._data(SECRETS, pod.namespace, n) for n in secret_names}
+        config_maps = {
+            n: await self._data(self._config_maps, pod.namespace, n) for n in config_map_names
+        }
+        secrets = {n: await self._data(self._secrets, pod.namespace, n) for n in secret_names}
         links = pod.spec.enable_service_links is not False
         # As the kubelet: a static pod never waits for the Service list (it must run while
         # the API server is unreachable, e.g. the API server's own static pod).

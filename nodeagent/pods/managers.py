@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,15 +27,16 @@ from typing import Any, Protocol
 from nodeagent import cgroups
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import STATE_FILE as ALLOCATION_STATE_FILE
-from nodeagent.apiserver import Api, WatchCache
+from nodeagent.apiserver import PODS, SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.cm.host import swap_capacity, swap_controller_present
 from nodeagent.cm.manager import ContainerManager, container_manager
 from nodeagent.config import Config, features
-from nodeagent.events import EventSink, ObjectEventSink
+from nodeagent.events import DiscardEvents, EventSink, ObjectEventSink
 from nodeagent.eviction import Eviction
 from nodeagent.gc import GarbageCollectors, PodPresence, gc_managers
 from nodeagent.kuberuntime.connection import RuntimeConnection
+from nodeagent.kuberuntime.images import ImageOptions
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podfiles import Files
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
@@ -44,11 +45,13 @@ from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.compute import KUBERNETES_VERSION
+from nodeagent.objectmanager import ObjectManager, config_map_manager, secret_manager
 from nodeagent.pluginmanager import PluginManager
 from nodeagent.pods.envsource import ApiEnvSource
+from nodeagent.pods.imagepulls import ApiPullSecrets, image_options
 from nodeagent.pods.pleg import GenericPleg
 from nodeagent.pods.resolvconf import HostResolvConf
-from nodeagent.pods.sync import ALL_PODS, ALL_SERVICES, FinalStatus, PodCgroups, PodSync
+from nodeagent.pods.sync import FinalStatus, PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,
     PodStore,
@@ -268,7 +271,11 @@ def wire_pods(
     deleter: PodDeleter | None = None,
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    network_errors: Callable[[], Sequence[str]] = tuple,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+    image_options: ImageOptions | None = None,
+    config_maps: ObjectManager | None = None,
+    secrets: ObjectManager | None = None,
 ) -> PodPipeline:
     """Wire the pod pipeline over its collaborators, each injected: the daemon's are built
     by :func:`pod_managers`, a test gives its fakes. Nothing here touches the host.
@@ -282,8 +289,15 @@ def wire_pods(
     them a pod that needs them fails visibly). ``allocation``: in-place resize, with its
     checkpoint at ``allocation_state`` (None: in memory). ``deleter``: how a terminated pod
     leaves the API. ``events``: where the pods' Events go. ``shutting_down``: while it
-    holds, admission refuses new pods. ``sysctls``: the sysctls pods may set."""
+    holds, admission refuses new pods. ``sysctls``: the sysctls pods may set.
+    ``image_options``: how images are pulled (parallelism, plugins, pull records); with an
+    API, pods' ``imagePullSecrets`` are read from it.
+
+    ``config_maps``, ``secrets``: the ConfigMap and Secret managers the containers'
+    environment shares with the volumes (new ones over ``api`` when omitted)."""
     server: Api = api if api is not None else NoApiServer()
+    config_maps = config_maps or config_map_manager(api=server, clock=clock)
+    secrets = secrets or secret_manager(api=server, clock=clock)
     mirror_status = None
     sources: PodStore
     if static_pods is not None:
@@ -314,6 +328,7 @@ def wire_pods(
         files=files,
         cgroup_driver=cgroup_driver,
         relisted=pleg.listed,
+        image_options=image_options,
     )
     status = StatusManager(
         api=mirror_status if mirror_status is not None else server,
@@ -349,6 +364,8 @@ def wire_pods(
             services=services_cache.items if services_cache is not None else list,
             services_synced=lambda: services_cache is None or services_cache.synced,
             wait_services=services_cache.wait_synced if services_cache is not None else None,
+            config_maps=config_maps,
+            secrets=secrets,
         ),
         host_dns=host_dns or HostResolvConf(path=settings.resolv_conf),
         host_ips=host_ips,
@@ -357,6 +374,11 @@ def wire_pods(
         probes=prober,
         cgroups=cgroups,
         allocation=allocation_manager,
+        pull_secrets=(
+            ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
+        ),
+        objects=(config_maps, secrets),
+        network_errors=network_errors,
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
@@ -417,6 +439,7 @@ def pod_managers(
     events: ObjectEventSink | None = None,
     node_events: EventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    network_errors: Callable[[], Sequence[str]] = tuple,
     kernel_release: str | None = None,
 ) -> PodManagers:
     """The pod managers for ``config``: the daemon's collaborators (the CRI connection, the
@@ -428,6 +451,7 @@ def pod_managers(
     ``node_events``: where the Node's Events go (garbage collection failures).
     ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
     ``shutting_down``: while it holds, admission refuses new pods (node shutdown).
+    ``network_errors``: the runtime's network errors; while any, only host-network pods start.
     ``kernel_release``: which safe sysctls pods may set (``uname -r`` when omitted)."""
     settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
     connection = RuntimeConnection(
@@ -438,7 +462,7 @@ def pod_managers(
     pods_cache = (
         WatchCache(
             api=api,
-            resource=ALL_PODS,
+            resource=PODS,
             field_selector=f"spec.nodeName={node_name}",
             name="cache:pods",
         )
@@ -448,7 +472,7 @@ def pod_managers(
     # The kubelet's own Service informer: every container gets the ``KUBERNETES_SERVICE_*``
     # variables of the `kubernetes` Service (and, with enableServiceLinks, its namespace's).
     services_cache = (
-        WatchCache(api=api, resource=ALL_SERVICES, name="cache:pod-services")
+        WatchCache(api=api, resource=SERVICES, name="cache:pod-services")
         if api is not None
         else None
     )
@@ -463,6 +487,11 @@ def pod_managers(
         found = node_allocatable_memory(get_node())
         return found if found is not None else settings.memory_capacity
 
+    # One ConfigMap and one Secret manager for the volumes and the containers' environment
+    # (standalone: NoApiServer says why a pod cannot read one).
+    server: Api = api if api is not None else NoApiServer()
+    config_maps = config_map_manager(api=server, clock=clock)
+    secrets = secret_manager(api=server, clock=clock)
     csi = CsiPlugin(root_dir=settings.root_dir, node_name=node_name, api=api)
     plugins = PluginManager(
         root_dir=settings.root_dir, handlers={CSI_PLUGIN_TYPE: csi.registration}
@@ -471,7 +500,11 @@ def pod_managers(
         root_dir=settings.root_dir,
         csi=csi.volumes,
         content=content_source(
-            api=api, clock=clock, allocatable=lambda: node_allocatable(get_node()) or {}
+            api=api,
+            clock=clock,
+            allocatable=lambda: node_allocatable(get_node()) or {},
+            config_maps=config_maps,
+            secrets=secrets,
         ),
         allocatable_memory=allocatable_memory,
         api=api,
@@ -503,11 +536,15 @@ def pod_managers(
         allocation_state=Path(settings.root_dir) / ALLOCATION_STATE_FILE,
         deleter=deleter,
         events=events,
+        config_maps=config_maps,
+        secrets=secrets,
         shutting_down=shutting_down,
+        network_errors=network_errors,
         sysctls=node_allowlist(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,
         ),
+        image_options=image_options(config, api=api, clock=clock, root_dir=settings.root_dir),
     )
     sources = pipeline.sources
     workers = pipeline.workers

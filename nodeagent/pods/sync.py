@@ -25,21 +25,22 @@ from :mod:`.resolvconf`, and an in-place resize is applied by :mod:`.resize`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from nodeagent.allocation import AllocationManager
 from nodeagent.allocation.manager import DEFERRED_RETRY
-from nodeagent.apiserver import Resource
 from nodeagent.clock import Clock
 from nodeagent.cm.policy import ResourceConfig
+from nodeagent.credentialprovider import PullSecret
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime.manager import MIN_GRACE_PERIOD, RuntimeManager
 from nodeagent.kuberuntime.results import ContainerFailure, PodEvent, SyncResult
 from nodeagent.kuberuntime.runtime_state import ContainerState, PodRuntimeState
 from nodeagent.log import Logger, get_logger
+from nodeagent.objectmanager import ObjectManager
 from nodeagent.pods import deadline
 from nodeagent.pods.envsource import EnvSource
 from nodeagent.pods.resize import RESIZE_ERROR_RETRY, RESIZE_POLL, PodResizer
@@ -50,29 +51,15 @@ from nodeagent.status import StatusManager, generate_pod_status, with_container_
 from nodeagent.status.conditions import TERMINAL
 from nodeagent.volumemanager.manager import VolumeManager
 
-
-@dataclass(frozen=True, slots=True)
-class _AllNamespaces(Resource):
-    """Pods across namespaces: ``/api/v1/pods`` for list and watch. (``Resource.path``
-    refuses a namespaced collection without a namespace; drop this once it allows it.)"""
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        if namespace is None and name is None and subresource is None:
-            return f"/api/{self.version}/{self.plural}"
-        return Resource.path(self, namespace=namespace, name=name, subresource=subresource)
-
-
-ALL_PODS: Final = _AllNamespaces("", "v1", "pods", "Pod", namespaced=True)
-ALL_SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=False)
-"""Every namespace's Services: the source of the containers' ``*_SERVICE_HOST`` variables."""
 SANDBOX_RETRY: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
+NETWORK_NOT_READY: Final = "network is not ready"  # the kubelet's NetworkNotReadyErrorMsg
+NETWORK_NOT_READY_REASON: Final = "NetworkNotReady"
+NETWORK_RETRY: Final = 10.0  # the pod workers' back-off after a failed sync
+
+
+class PullSecretSource(Protocol):
+    async def for_pod(self, pod: Pod) -> Sequence[PullSecret]: ...
 
 
 class PodCgroups(Protocol):
@@ -131,15 +118,26 @@ class PodSync:
         probes: PodProbes | None = None,
         cgroups: PodCgroups | None = None,
         allocation: AllocationManager | None = None,
+        objects: Sequence[ObjectManager] = (),
         log: Logger | None = None,
+        pull_secrets: PullSecretSource | None = None,
+        network_errors: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
         cgroups created before the sandbox, removed after it). ``allocation``: the
         allocation manager (in-place resize); without one the spec's resources are used
-        as they are and a resize is never applied."""
+        as they are and a resize is never applied. ``pull_secrets``: reads a pod's
+        ``imagePullSecrets`` (none without it). ``objects``: the ConfigMap and Secret
+        managers the pod is registered with while it runs (the kubelet's pod manager
+        registers each pod: a new pod reads its objects fresh). ``network_errors``: the
+        runtime's network errors (``RuntimeState.network_errors``): while there are any, a
+        pod without ``hostNetwork`` is not started (the kubelet's "network is not ready")."""
+        self._pull_secrets = pull_secrets
+        self._network_errors = network_errors
         self._runtime = runtime
         self._allocation = allocation
+        self._objects = objects
         self._cgroups = cgroups
         self._volumes = volumes
         self._probes: PodProbes = probes or NoProbes()
@@ -157,6 +155,14 @@ class PodSync:
         self._resizer = PodResizer(
             runtime=runtime, allocation=allocation, cgroups=cgroups, log=self._log
         )
+
+    def _pull_secrets_loader(self, pod: Pod) -> Callable[[], Awaitable[Sequence[PullSecret]]]:
+        source = self._pull_secrets
+
+        async def load() -> Sequence[PullSecret]:
+            return await source.for_pod(pod) if source is not None else ()
+
+        return load
 
     def override_status(self, uid: str, mutate: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Apply ``mutate`` to every status computed for the pod from now on (the kubelet's
@@ -253,6 +259,23 @@ class PodSync:
         if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         wake_in = self._deadline_wake(pod, reported)
+        # Only a pod on the host's network may start while the runtime's network is not ready
+        # (a CNI DaemonSet's pod is one), as in the kubelet's SyncPod.
+        if not pod.spec.host_network and (network := self._network_errors()):
+            message = f"{NETWORK_NOT_READY}: {'; '.join(network)}"
+            self._events.record_for(
+                pod_reference(pod), "Warning", NETWORK_NOT_READY_REASON, message
+            )
+            self._log.error(
+                "Error syncing pod, skipping",
+                pod_namespace=pod.namespace,
+                pod_name=pod.name,
+                pod_uid=pod.uid,
+                error=message,
+            )
+            return SyncOutcome(retry_in=NETWORK_RETRY, wake_in=wake_in)
+        for manager in self._objects:
+            manager.register_pod(pod)
         if self._cgroups is not None:
             await self._cgroups.ensure_pod(pod, widen_only=True)
         volumes = None
@@ -274,6 +297,7 @@ class PodSync:
             startup=self._probes.startup_results(pod.uid),
             failed_probes=self._probes.failed_probes(pod.uid),
             resize_restarts=restarts,
+            pull_secrets=self._pull_secrets_loader(pod),
         )
         self._record(pod, result)
         if self._allocation is not None:
@@ -400,7 +424,10 @@ class PodSync:
 
     async def tear_down_volumes(self, uid: str, *, keep_pod_dir: bool = False) -> None:
         """Unmount and remove the pod's volumes (its containers are gone), and its directory
-        unless ``keep_pod_dir`` (the pod is still in the API)."""
+        unless ``keep_pod_dir`` (the pod is still in the API); unregister the pod from the
+        ConfigMap and Secret managers."""
+        for manager in self._objects:
+            manager.unregister_pod(uid)
         if self._volumes is not None:
             await self._volumes.tear_down(uid, keep_pod_dir=keep_pod_dir)
 

@@ -45,6 +45,7 @@ from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
 from nodeagent.podspec import Pod, decode_checked_pod
+from nodeagent.staticpods.stores import Store
 from nodeagent.status import StatusManager, rejected_status
 from nodeagent.status.conditions import needs_readiness_reconcile
 from nodeagent.sysctl import SAFE_SYSCTLS, Allowlist
@@ -57,24 +58,12 @@ SHUTDOWN_MESSAGE: Final = "Pod was rejected as the node is shutting down."
 ALL_SAFE_SYSCTLS: Final = Allowlist.build(name for name, _ in SAFE_SYSCTLS)
 
 
-class PodStore(Protocol):
+class PodStore(Store, Protocol):
     """What the pod source offers: a ``WatchCache`` of Pods with ``spec.nodeName=<node>``, or
     ``staticpods.PodSources`` merging it with the static pod file source. ``wait_synced``
     returns once there are pods to run (any source has listed: static pods run while the API
     server is unreachable); ``synced`` — which gates housekeeping — holds once every source
     has listed, so no pod is taken for an orphan before its source has spoken."""
-
-    @property
-    def synced(self) -> bool: ...
-
-    @property
-    def resource_version(self) -> str: ...
-
-    def items(self) -> list[dict[str, Any]]: ...
-
-    async def wait_synced(self) -> None: ...
-
-    async def wait_for(self, predicate: Callable[[Any], bool]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

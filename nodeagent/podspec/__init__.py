@@ -12,6 +12,12 @@ from nodeagent.podspec.decode import (
     decode_checked_pod,
     decode_pod,
 )
+from nodeagent.podspec.references import (
+    config_map_names,
+    referenced_objects,
+    secret_names,
+    volume_objects,
+)
 from nodeagent.podspec.types import (
     CONFIG_SOURCE_ANNOTATION,
     DEFAULT_TERMINATION_GRACE_PERIOD,
@@ -170,6 +176,7 @@ __all__ = [
     "check_identity",
     "check_quantities",
     "check_quantity",
+    "config_map_names",
     "decode_checked_pod",
     "decode_pod",
     "dns1123_label_problem",
@@ -178,6 +185,9 @@ __all__ = [
     "format_pod",
     "invalid",
     "raw_quantities",
+    "referenced_objects",
+    "secret_names",
     "show_value",
     "termination_grace_period",
+    "volume_objects",
 ]

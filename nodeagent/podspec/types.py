@@ -311,12 +311,12 @@ SUPPORTED_VOLUME_SOURCES: Final = (
     "secret",
     "downwardAPI",
     "projected",
+    "image",
     "persistentVolumeClaim",
     "csi",
     "ephemeral",
 )
 UNSUPPORTED_VOLUME_SOURCES: Final = (
-    "image",
     "nfs",
     "iscsi",
     "rbd",
@@ -340,6 +340,24 @@ UNSUPPORTED_VOLUME_SOURCES: Final = (
 )
 
 
+class ImageVolumeSource(_S, frozen=True):
+    """``volumes[].image``: an OCI image (or artifact) mounted read-only by the runtime."""
+
+    reference: str = ""
+    pull_policy: str = ""
+
+    @property
+    def policy(self) -> str:
+        """The apiserver's default when unset: Always for ``:latest`` or no tag."""
+        if self.pull_policy:
+            return self.pull_policy
+        last = self.reference.rsplit("/", 1)[-1]
+        if "@" in last:
+            return "IfNotPresent"
+        tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
+        return "Always" if tag == "latest" else "IfNotPresent"
+
+
 class Volume(_S, frozen=True, forbid_unknown_fields=False):
     """One ``spec.volumes[]`` entry. The sources nodeagent can set up are typed; any other
     source is kept raw under ``other`` (its API name → its JSON) so the volume manager can
@@ -352,6 +370,7 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
     secret: SecretVolumeSource | None = None
     downward_api: DownwardAPIVolumeSource | None = msgspec.field(name="downwardAPI", default=None)
     projected: ProjectedVolumeSource | None = None
+    image: ImageVolumeSource | None = None
     persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
     csi: CSIVolumeSource | None = None
     ephemeral: EphemeralVolumeSource | None = None
@@ -368,6 +387,7 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
             ("secret", self.secret),
             ("downwardAPI", self.downward_api),
             ("projected", self.projected),
+            ("image", self.image),
             ("persistentVolumeClaim", self.persistent_volume_claim),
             ("csi", self.csi),
             ("ephemeral", self.ephemeral),
@@ -480,6 +500,7 @@ class PodSpec(_S, frozen=True):
     set_hostname_as_fqdn: bool | None = msgspec.field(name="setHostnameAsFQDN", default=None)
     node_name: str = ""
     service_account_name: str = ""
+    image_pull_secrets: tuple[LocalObjectReference, ...] = ()
     security_context: PodSecurityContext | None = None
     priority: int | None = None
     priority_class_name: str = ""

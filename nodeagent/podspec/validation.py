@@ -24,7 +24,13 @@ from typing import Any, Final
 
 import msgspec
 
-from nodeagent.podspec.types import EphemeralContainer, HostAlias, Pod, SeccompProfile
+from nodeagent.podspec.types import (
+    Container,
+    EphemeralContainer,
+    HostAlias,
+    Pod,
+    SeccompProfile,
+)
 from nodeagent.quantity import parse_quantity
 
 DNS1123_LABEL_MAX: Final = 63
@@ -79,6 +85,18 @@ def dns1123_subdomain_problem(value: str) -> str | None:
     return None if _DNS1123_SUBDOMAIN.fullmatch(value) else SUBDOMAIN_MESSAGE
 
 
+def _containers(pod: Pod) -> Iterator[tuple[str, Container]]:
+    """Every container with the path of its field (``spec.initContainers[0]``): init, regular,
+    then ephemeral containers."""
+    for key, containers in (
+        ("initContainers", pod.spec.init_containers),
+        ("containers", pod.spec.containers),
+        ("ephemeralContainers", pod.spec.ephemeral_containers),
+    ):
+        for i, container in enumerate(containers):
+            yield f"spec.{key}[{i}]", container
+
+
 def check_identity(pod: Pod) -> None:
     """Raise :class:`PodSpecError` unless every name the agent builds paths from is safe."""
     meta = pod.metadata
@@ -92,27 +110,21 @@ def check_identity(pod: Pod) -> None:
         )
     if pod.spec.security_context is not None:
         _check_seccomp("spec.securityContext", pod.spec.security_context.seccomp_profile)
-    for key, containers in (
-        ("initContainers", pod.spec.init_containers),
-        ("containers", pod.spec.containers),
-        ("ephemeralContainers", pod.spec.ephemeral_containers),
-    ):
-        for i, container in enumerate(containers):
-            where = f"spec.{key}[{i}]"
-            if container.security_context is not None:
-                profile = container.security_context.seccomp_profile
-                _check_seccomp(f"{where}.securityContext", profile)
-            if not container.name:
-                raise PodSpecError(f"{where}.name", "Required value")
-            if problem := dns1123_label_problem(container.name):
-                raise invalid(f"{where}.name", container.name, problem)
-            for j, port in enumerate(container.ports):
-                if port.host_ip and not _is_ip(port.host_ip):
-                    raise invalid(
-                        f"{where}.ports[{j}].hostIP",
-                        port.host_ip,
-                        IP_MESSAGE,
-                    )
+    for where, container in _containers(pod):
+        if container.security_context is not None:
+            profile = container.security_context.seccomp_profile
+            _check_seccomp(f"{where}.securityContext", profile)
+        if not container.name:
+            raise PodSpecError(f"{where}.name", "Required value")
+        if problem := dns1123_label_problem(container.name):
+            raise invalid(f"{where}.name", container.name, problem)
+        for j, port in enumerate(container.ports):
+            if port.host_ip and not _is_ip(port.host_ip):
+                raise invalid(
+                    f"{where}.ports[{j}].hostIP",
+                    port.host_ip,
+                    IP_MESSAGE,
+                )
     _check_host_aliases(pod.spec.host_aliases)
 
 
@@ -198,23 +210,17 @@ def check_quantity(field: str, raw: object) -> None:
 
 
 def _quantities(pod: Pod) -> Iterator[tuple[str, object]]:
-    for key, containers in (
-        ("initContainers", pod.spec.init_containers),
-        ("containers", pod.spec.containers),
-        ("ephemeralContainers", pod.spec.ephemeral_containers),
-    ):
-        for i, container in enumerate(containers):
-            where = f"spec.{key}[{i}]"
-            for kind, values in (
-                ("limits", container.resources.limits),
-                ("requests", container.resources.requests),
-            ):
-                for name, raw in values.items():
-                    yield f"{where}.resources.{kind}.{name}", raw
-            for j, var in enumerate(container.env):
-                ref = var.value_from.resource_field_ref if var.value_from else None
-                if ref is not None and ref.divisor not in (None, ""):
-                    yield f"{where}.env[{j}].valueFrom.resourceFieldRef.divisor", ref.divisor
+    for where, container in _containers(pod):
+        for kind, values in (
+            ("limits", container.resources.limits),
+            ("requests", container.resources.requests),
+        ):
+            for name, raw in values.items():
+                yield f"{where}.resources.{kind}.{name}", raw
+        for j, var in enumerate(container.env):
+            ref = var.value_from.resource_field_ref if var.value_from else None
+            if ref is not None and ref.divisor not in (None, ""):
+                yield f"{where}.env[{j}].valueFrom.resourceFieldRef.divisor", ref.divisor
     for name, raw in pod.spec.overhead.items():
         yield f"spec.overhead.{name}", raw
     for i, volume in enumerate(pod.spec.volumes):

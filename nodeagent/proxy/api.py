@@ -171,9 +171,8 @@ def _protocol(value: object) -> Protocol | None:
     return None
 
 
-# Cluster-wide list/watch of namespaced resources: ``Resource.path`` requires a namespace for
-# namespaced resources, so the proxy's caches use these descriptors (list and watch only).
-SERVICES_ALL = Resource("", "v1", "services", "Service", namespaced=False)
+# The proxy's caches list and watch EndpointSlices of every namespace (Services: the apiserver
+# package's SERVICES).
 ENDPOINTSLICES_ALL = Resource(
     "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=False
 )

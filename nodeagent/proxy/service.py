@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nodeagent.apiserver import Api, WatchCache
+from nodeagent.apiserver import SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
 from nodeagent.log import Logger, get_logger
@@ -24,7 +24,6 @@ from nodeagent.nft.runner import NFTables
 from nodeagent.proxy.api import (
     ENDPOINTSLICES_ALL,
     ENDPOINTSLICES_LABEL_SELECTOR,
-    SERVICES_ALL,
     SERVICES_FIELD_SELECTOR,
     SERVICES_LABEL_SELECTOR,
 )
@@ -125,7 +124,7 @@ def proxy_caches(api: Api) -> tuple[WatchCache, WatchCache]:
     variables come from a cache of their own, unfiltered, as the kubelet's.)"""
     services = WatchCache(
         api=api,
-        resource=SERVICES_ALL,
+        resource=SERVICES,
         label_selector=SERVICES_LABEL_SELECTOR,
         field_selector=SERVICES_FIELD_SELECTOR,
         name="cache:services",

@@ -111,14 +111,36 @@ def forward_ports(values: Sequence[str]) -> list[int]:
     return ports
 
 
-def _pod(request: web.Request) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """The pod a request names, as the agent sees it, and the runtime to ask."""
+
+    pod: dict[str, Any]
+    uid: str
+    runtime: StreamingRuntime
+
+
+def _target(request: web.Request) -> _Target | None:
+    """The pod of the request's ``{ns}/{pod}`` (and ``{uid}`` when given), None if the agent
+    has no such pod."""
     deps = request.app[STREAMING]
     ns, name = request.match_info["ns"], request.match_info["pod"]
     pod: dict[str, Any] | None = deps.find_pod(ns, name)
-    uid = request.match_info.get("uid")
-    if pod is not None and uid and (pod.get("metadata") or {}).get("uid") != uid:
+    if pod is None:
         return None
-    return pod
+    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    wanted = request.match_info.get("uid")
+    if wanted and uid != wanted:
+        return None
+    return _Target(pod=pod, uid=uid, runtime=deps.runtime)
+
+
+def _no_pod() -> web.Response:
+    return error_response(404, "pod does not exist")
+
+
+def _no_container(container: str) -> web.Response:
+    return error_response(500, f"container not found ({container!r})".replace("'", '"'))
 
 
 def _status_container_id(pod: Mapping[str, Any], container: str) -> str | None:
@@ -148,12 +170,11 @@ async def _exec_or_attach(request: web.Request, *, attach: bool) -> web.StreamRe
         opts = stream_options(request.query)
     except BadOptions as e:
         return error_response(400, str(e))
-    pod = _pod(request)
-    if pod is None:
-        return error_response(404, "pod does not exist")
-    runtime = request.app[STREAMING].runtime
+    target = _target(request)
+    if target is None:
+        return _no_pod()
+    runtime = target.runtime
     container = request.match_info["container"]
-    uid = str((pod.get("metadata") or {}).get("uid", ""))
 
     async def stream_url(cid: str) -> str:
         if attach:
@@ -172,16 +193,16 @@ async def _exec_or_attach(request: web.Request, *, attach: bool) -> web.StreamRe
     # The pod's status names the running container: one CRI call instead of two. It may be
     # a moment old (the container just restarted): the runtime refuses a container that is
     # not running, and then the runtime's own list decides, as it always does for the kubelet.
-    hinted = _status_container_id(pod, container)
+    hinted = _status_container_id(target.pod, container)
     url = None
     try:
         if hinted is not None:
             with contextlib.suppress(CriError):
                 url = await stream_url(hinted)
         if url is None:
-            cid = await _container_id(runtime, uid, container)
+            cid = await _container_id(runtime, target.uid, container)
             if cid is None:
-                return error_response(500, f"container not found ({container!r})".replace("'", '"'))
+                return _no_container(container)
             url = await stream_url(cid)
     except CriError as e:
         return error_response(500, str(e))
@@ -201,18 +222,19 @@ async def port_forward_handler(request: web.Request) -> web.StreamResponse:
         ports = forward_ports(request.query.getall("port", []))
     except BadOptions as e:
         return error_response(400, str(e))
-    pod = _pod(request)
-    if pod is None:
-        return error_response(404, "pod does not exist")
-    runtime = request.app[STREAMING].runtime
-    uid = str((pod.get("metadata") or {}).get("uid", ""))
+    target = _target(request)
+    if target is None:
+        return _no_pod()
+    uid = target.uid
     try:
-        sandboxes = await runtime.list_pod_sandbox(PodSandboxFilter(label_selector={POD_UID: uid}))
+        sandboxes = await target.runtime.list_pod_sandbox(
+            PodSandboxFilter(label_selector={POD_UID: uid})
+        )
         ready = [s for s in sandboxes if s.state == SANDBOX_READY]
         if not ready:
             return error_response(500, f"pod not found ({uid!r})".replace("'", '"'))
         sandbox = max(ready, key=lambda s: s.created_at)
-        url = await runtime.port_forward(sandbox.id, ports)
+        url = await target.runtime.port_forward(sandbox.id, ports)
     except CriError as e:
         return error_response(500, str(e))
     return await proxy_upgrade(request, url, websockets=request.app[STREAMING].websockets)
@@ -222,18 +244,16 @@ async def run_handler(request: web.Request) -> web.StreamResponse:
     """``POST /run/...?cmd=<command>``: run the command (split on spaces, as the kubelet
     does for this legacy endpoint) and answer its stdout then stderr; a non-zero exit is a
     500 naming the command and the code."""
-    pod = _pod(request)
-    if pod is None:
-        return error_response(404, "pod does not exist")
-    runtime = request.app[STREAMING].runtime
+    target = _target(request)
+    if target is None:
+        return _no_pod()
     container = request.match_info["container"]
-    uid = str((pod.get("metadata") or {}).get("uid", ""))
     cmd = request.query.get("cmd", "").split(" ")
     try:
-        cid = await _container_id(runtime, uid, container)
+        cid = await _container_id(target.runtime, target.uid, container)
         if cid is None:
-            return error_response(500, f"container not found ({container!r})".replace("'", '"'))
-        result = await runtime.exec_sync(cid, cmd, 0)
+            return _no_container(container)
+        result = await target.runtime.exec_sync(cid, cmd, 0)
     except CriError as e:
         return error_response(500, str(e))
     output = bytes(result.stdout) + bytes(result.stderr)

@@ -320,6 +320,10 @@ class VolumeManager:
         await asyncio.to_thread(_make_pod_dirs, self._root, pod.uid)
         mounts: list[str] | None = None
         for volume in pod.spec.volumes:
+            if volume.image is not None:
+                # The runtime mounts an image volume (CRI Mount.image): nothing on the host.
+                state.ready[volume.name] = MountedVolume("", read_only=True)
+                continue
             try:
                 reason = layout.unsupported_reason(volume)
                 if reason is not None:

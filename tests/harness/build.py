@@ -308,9 +308,8 @@ def ensure_built(
     versions = load_versions()
     go_version = go("env", "GOVERSION").strip()
     wanted = targets(versions, peers=peers)
-    # A stamp is written only after its binary is complete, so when every one is fresh there
-    # is nothing to wait for: another session's long build (its own lock holder) need not
-    # hold up a test whose binaries are all here.
+    # Binaries and stamps are renamed into place, so a fresh set can be read without waiting
+    # for the lock another session's long build (an add-on, the e2e suite) may hold.
     if all(is_fresh(t, recipe(t, versions, go_version)) for t in wanted):
         if not quiet:
             say(f"binaries up to date ({', '.join(t.name for t in wanted)})")

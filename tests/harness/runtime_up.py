@@ -14,6 +14,9 @@ from typing import Any
 
 from harness.versions import load_versions
 
+PRIVATE_LOGIN = ("demo", "demo-password")
+"""The login of `make up`'s private registry (a local demo registry, never a real secret)."""
+
 RUNTIME_MODULES = (
     "containerd",
     "cni",
@@ -90,10 +93,19 @@ def _start(mods: dict[str, Any], *, directory: Path, holder: int) -> dict[str, A
         record["registry_dir"] = str(registry.base_dir)
         record["registry"] = registry.host
         say(f"registry on {registry.url}")
+        # A second registry that needs a login: the README's private-registry example.
+        private = mods["registry"].start_registry(
+            base / "registry-private",
+            log_path=logs / "registry-private.log",
+            detached=True,
+            login=PRIVATE_LOGIN,
+        )
+        record["private_registry_dir"] = str(private.base_dir)
+        record["private_registry"] = private.host
         config = mods["containerd"].ContainerdConfig(
             base_dir=base / "containerd",
             cni_conf_dir=network.conf_dir,
-            plain_http_registries=(registry.host,),
+            plain_http_registries=(registry.host, private.host),
             mirror_registry=registry.host,
             log_path=logs / "containerd.log",
         )
@@ -106,6 +118,13 @@ def _start(mods: dict[str, Any], *, directory: Path, holder: int) -> dict[str, A
             pushed = registry.image(f"{recipe}:latest")
             mods["registry"].push_image(registry.host, image.layout, f"{recipe}:latest")
             say(f"image {', '.join(image.names)} imported; pushed as {pushed}")
+        mods["registry"].push_image(
+            private.host, built["busybox"].layout, "private/busybox:latest", login=PRIVATE_LOGIN
+        )
+        say(
+            f"private registry on {private.url} (login {PRIVATE_LOGIN[0]} / "
+            f"{PRIVATE_LOGIN[1]}): {private.host}/private/busybox:latest needs a pull secret"
+        )
         stock = mods["mirrors"].push_stock(
             registry.host, {recipe: image.layout for recipe, image in built.items()}
         )
@@ -128,6 +147,8 @@ def stop(record: dict[str, Any] | None) -> None:
         return
     if "containerd_pid" in record or Path(record["containerd_dir"]).exists():
         mods["containerd"].stop_containerd(Path(record["containerd_dir"]))
+    if "private_registry_dir" in record:
+        mods["registry"].stop_registry(Path(record["private_registry_dir"]))
     if "registry_dir" in record:
         mods["registry"].stop_registry(Path(record["registry_dir"]))
     if "cni" in record:

@@ -21,6 +21,9 @@ class Versions:
     cluster_domain: str
     metrics_server: str = ""
     coredns: str = ""
+    flannel: str = ""
+    flannel_cni_plugin: str = ""
+    cni_plugins: str = ""
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -50,6 +53,9 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         cluster_domain=env["CLUSTER_DOMAIN"],
         metrics_server=env.get("METRICS_SERVER_VERSION", ""),
         coredns=env.get("COREDNS_VERSION", ""),
+        flannel=env.get("FLANNEL_VERSION", ""),
+        flannel_cni_plugin=env.get("FLANNEL_CNI_PLUGIN_VERSION", ""),
+        cni_plugins=env.get("CNI_PLUGINS_VERSION", ""),
     )
 
 

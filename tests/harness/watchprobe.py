@@ -18,16 +18,15 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from nodeagent.apiserver import NODES, ApiClient, NotFound
+from nodeagent.apiserver import CONFIGMAPS, NODES, SERVICES, ApiClient, NotFound
 from nodeagent.apiserver.resources import NAMESPACES, Resource
-from nodeagent.pods.envsource import CONFIGMAPS
-from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL
+from nodeagent.proxy.api import ENDPOINTSLICES_ALL
 
 # Cluster-wide watches, as the agent's caches (Node, Pods, Services, EndpointSlices) and more.
 OTHER_WATCHED = (
     NODES,
     Resource("", "v1", "pods", "Pod", namespaced=False),
-    SERVICES_ALL,
+    SERVICES,
     ENDPOINTSLICES_ALL,
     Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=False),
     Resource("", "v1", "configmaps", "ConfigMap", namespaced=False),

@@ -40,7 +40,7 @@ from podnode import remove_cgroup_tree, until
 
 from nodeagent.kuberuntime import CriClient
 from nodeagent.kuberuntime import types as cri
-from nodeagent.kuberuntime.labels import POD_NAMESPACE, POD_UID
+from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
 
 CONTAINER_LOGS = Path("/var/log/containers")  # where the agent links container logs
 RESTART_SUBNET = "10.244.249.0/24"  # the xdist workers use 10.244.<n>.0/24 from 0; bench .250/.251
@@ -249,6 +249,62 @@ async def wait_ready(
         explain=lambda: (ready_condition(control_plane, node.name), node.log_tail()),
     )
     return result
+
+
+# --- a pod seen from the API and from inside its container --------------------------------------
+
+
+def create_objects(
+    control_plane: ControlPlane, namespace: str, *objects: tuple[str, dict[str, Any]]
+) -> None:
+    """POST each (plural, body) to ``namespace`` as admin; each must be created."""
+    for plural, body in objects:
+        code, answer = control_plane.api_request(
+            "POST", f"/api/v1/namespaces/{namespace}/{plural}", body=body
+        )
+        assert code == 201, (plural, code, answer)
+
+
+def pod_path(node: AgentNode, name: str) -> str:
+    return f"/api/v1/namespaces/{node.namespace}/pods/{name}"
+
+
+async def running(control_plane: ControlPlane, node: AgentNode, name: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        assert node.alive(), f"the agent exited:\n{node.log_tail()}"
+        pod = api_get(control_plane, pod_path(node, name)) or {}
+        status = pod.get("status") or {}
+        states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+        ok = status.get("phase") == "Running" and states and all("running" in s for s in states)
+        return pod if ok else None
+
+    def explain() -> Any:
+        events = api_get(control_plane, f"/api/v1/namespaces/{node.namespace}/events") or {}
+        return (
+            (api_get(control_plane, pod_path(node, name)) or {}).get("status"),
+            [(e["reason"], e["message"]) for e in events.get("items", [])],
+            node.log_tail(2000),
+        )
+
+    pod: dict[str, Any] = await until(f"pod {name} running", check, within=90, explain=explain)
+    return pod
+
+
+async def container_id(endpoint: str, node: AgentNode, pod: str) -> str:
+    view = await runtime_view(endpoint, node.namespace)
+    [found] = [
+        c.id
+        for c in view.containers
+        if c.labels.get(POD_NAME) == pod and c.labels.get(CONTAINER_NAME) == "app"
+    ]
+    return found
+
+
+async def run_in(endpoint: str, container: str, script: str) -> tuple[int, str, str]:
+    """``sh -c script`` inside the container: (exit code, stdout, stderr)."""
+    async with CriClient.open(endpoint) as client:
+        done = await client.exec_sync(container, ["sh", "-c", script], 20)
+    return done.exit_code, done.stdout.decode(), done.stderr.decode()
 
 
 # --- the runtime side -------------------------------------------------------------------------

@@ -114,7 +114,9 @@ async def running_node(
     server: FakeApiServer | None = None,
     *,
     events: ObjectEventSink | None = None,
+    configure: Callable[[Config], Config] | None = None,
 ) -> AsyncIterator[Node]:
+    """``configure``: changes to the default configuration (credential plugins, ...)."""
     server = server or FakeApiServer(clock=RealClock())
     cgroup_root = f"na-it-{secrets.token_hex(3)}"
     base = Config()
@@ -124,6 +126,8 @@ async def running_node(
             base.kubelet, container_runtime_endpoint=containerd.endpoint, resolv_conf=""
         ),
     )
+    if configure is not None:
+        config = configure(config)
     settings = PodRuntimeSettings(
         node_name=NODE,
         root_dir=str(tmp_path / "root"),

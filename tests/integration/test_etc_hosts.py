@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
-from agentproc import AgentNode, agent_node, api_get, runtime_view, wait_ready
+from agentproc import AgentNode, agent_node, running, runtime_view, wait_ready
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
-from podnode import until
 
 from nodeagent.kuberuntime import CriClient
 from nodeagent.kuberuntime import types as cri
@@ -78,29 +77,6 @@ def create(control_plane: ControlPlane, node: AgentNode, body: dict[str, Any]) -
         "POST", f"/api/v1/namespaces/{node.namespace}/pods", body=body
     )
     assert code == 201, (code, answer)
-
-
-async def running(control_plane: ControlPlane, node: AgentNode, name: str) -> dict[str, Any]:
-    path = f"/api/v1/namespaces/{node.namespace}/pods/{name}"
-
-    def check() -> dict[str, Any] | None:
-        assert node.alive(), f"the agent exited:\n{node.log_tail()}"
-        pod = api_get(control_plane, path) or {}
-        status = pod.get("status") or {}
-        states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
-        ok = status.get("phase") == "Running" and states and all("running" in s for s in states)
-        return pod if ok else None
-
-    def explain() -> Any:
-        events = api_get(control_plane, f"/api/v1/namespaces/{node.namespace}/events") or {}
-        return (
-            (api_get(control_plane, path) or {}).get("status"),
-            [(e["reason"], e["message"]) for e in events.get("items", [])],
-            node.log_tail(2000),
-        )
-
-    pod: dict[str, Any] = await until(f"pod {name} running", check, within=90, explain=explain)
-    return pod
 
 
 async def run_in(node: AgentNode, pod: str, container: str, script: str) -> str:

@@ -33,13 +33,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import AgentNode, agent_node, api_get, runtime_view, sleeper_pod, wait_ready
+from agentproc import (
+    agent_node,
+    api_get,
+    container_id,
+    create_objects,
+    run_in,
+    running,
+    sleeper_pod,
+    wait_ready,
+)
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from podnode import until
 
 from nodeagent.kuberuntime import CriClient
-from nodeagent.kuberuntime.labels import CONTAINER_NAME, POD_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -69,41 +77,6 @@ def host_proxy_table() -> Iterator[None]:
         _nft("delete", "table", "ip", PROXY_TABLE)
 
 
-def pod_path(node: AgentNode, name: str) -> str:
-    return f"/api/v1/namespaces/{node.namespace}/pods/{name}"
-
-
-async def running(control_plane: ControlPlane, node: AgentNode, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        assert node.alive(), f"the agent exited:\n{node.log_tail()}"
-        pod = api_get(control_plane, pod_path(node, name)) or {}
-        status = pod.get("status") or {}
-        states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
-        ok = status.get("phase") == "Running" and states and all("running" in s for s in states)
-        return pod if ok else None
-
-    def explain() -> Any:
-        events = api_get(control_plane, f"/api/v1/namespaces/{node.namespace}/events") or {}
-        return (
-            (api_get(control_plane, pod_path(node, name)) or {}).get("status"),
-            [(e["reason"], e["message"]) for e in events.get("items", [])],
-            node.log_tail(2000),
-        )
-
-    pod: dict[str, Any] = await until(f"pod {name} running", check, within=90, explain=explain)
-    return pod
-
-
-async def container_id(endpoint: str, node: AgentNode, pod: str) -> str:
-    view = await runtime_view(endpoint, node.namespace)
-    [found] = [
-        c.id
-        for c in view.containers
-        if c.labels.get(POD_NAME) == pod and c.labels.get(CONTAINER_NAME) == "app"
-    ]
-    return found
-
-
 async def container_pid(endpoint: str, container: str) -> int:
     async with CriClient.open(endpoint) as client:
         status = await client.container_status(container, verbose=True)
@@ -126,13 +99,6 @@ def client_files(pid: int, tmp_path: Path) -> tuple[str, str, Path, Path]:
     )
     host, port = environ["KUBERNETES_SERVICE_HOST"], environ["KUBERNETES_SERVICE_PORT"]
     return host, port, headers, root / SA_DIR[1:] / "ca.crt"
-
-
-async def run_in(endpoint: str, container: str, script: str) -> tuple[int, str, str]:
-    """``sh -c script`` inside the container: (exit code, stdout, stderr)."""
-    async with CriClient.open(endpoint) as client:
-        done = await client.exec_sync(container, ["sh", "-c", script], 20)
-    return done.exit_code, done.stdout.decode(), done.stderr.decode()
 
 
 async def wait_default_service_account(control_plane: ControlPlane, namespace: str) -> None:
@@ -307,14 +273,12 @@ async def test_downward_api_projected_volumes_and_a_config_map_update_seen_insid
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
         ns = node.namespace
-        for kind, body in (
+        create_objects(
+            control_plane,
+            ns,
             ("configmaps", {"metadata": {"name": "cfg"}, "data": {"a": "one"}}),
             ("secrets", {"metadata": {"name": "sec"}, "stringData": {"s": "hush"}}),
-        ):
-            code, answer = control_plane.api_request(
-                "POST", f"/api/v1/namespaces/{ns}/{kind}", body=body
-            )
-            assert code == 201, (code, answer)
+        )
         node.start()
         await wait_ready(control_plane, node, status="True", within=90)
         await wait_default_service_account(control_plane, ns)

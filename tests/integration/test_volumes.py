@@ -28,10 +28,9 @@ from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import Node, phase, running_node, status_of, until
 
-from nodeagent.apiserver import PODS
+from nodeagent.apiserver import CONFIGMAPS, PODS, SECRETS
 from nodeagent.clock import RealClock
 from nodeagent.events import ObjectReference
-from nodeagent.pods.envsource import CONFIGMAPS, SECRETS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container
 from nodeagent.volumemanager.mounter import parse_mountinfo

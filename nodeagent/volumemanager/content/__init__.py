@@ -3,19 +3,20 @@
 The volume manager owns the directories and mounts; for each pod sync it calls
 ``set_up(pod, volume, target)`` on the :class:`ContentSource` with ``target`` an existing
 directory (tmpfs already mounted for secret and projected volumes). ``set_up`` fetches what the
-volume references (ConfigMaps and Secrets through a per-object TTL cache, service-account tokens
-through the TokenRequest API), computes the payload (pure, :mod:`.payloads`) and projects it
-with the kubelet's atomic writer (:mod:`.writer`, in a worker thread), which writes nothing when
-nothing changed; with the pod's ``fsGroup`` the files are that group's and group-readable, as
-the kubelet's ownership change inside the writer (so the token file is 0640, not 0600).
-A failure raises :class:`VolumeSetupError` whose ``message`` is the kubelet's
-text after ``MountVolume.SetUp failed for volume "x" : `` (``configmap "y" not found``,
-``failed to fetch token: ...``). ``forget(pod_uid)`` drops what was cached for a pod that is
-gone.
+volume references (ConfigMaps and Secrets through their managers,
+:mod:`nodeagent.objectmanager`, with the pod registered; service-account tokens through the
+TokenRequest API), computes the payload (pure, :mod:`.payloads`) and projects it with the
+kubelet's atomic writer (:mod:`.writer`, in a worker thread), which writes nothing when nothing
+changed; with the pod's ``fsGroup`` the files are that group's and group-readable, as the
+kubelet's ownership change inside the writer (so the token file is 0640, not 0600). A failure
+raises :class:`VolumeSetupError` whose ``message`` is the kubelet's text after
+``MountVolume.SetUp failed for volume "x" : ``. ``forget(pod_uid)`` unregisters a pod that is
+gone and drops its tokens.
 
-ConfigMaps and Secrets are read by GET through a per-object 60 s cache (the kubelet's ``Cache``
-strategy, not ``Watch``); service-account tokens by TokenRequest (``boundObjectRef`` the Pod),
-refreshed at 80 % of their lifetime or after 24 h. The writer swaps ``..data`` in one rename.
+ConfigMaps and Secrets are read through their managers (a per-object 60 s cache, the kubelet's
+``Cache`` strategy, not ``Watch``); service-account tokens by TokenRequest (``boundObjectRef``
+the Pod), refreshed at 80 % of their lifetime or after 24 h. The writer swaps ``..data`` in one
+rename.
 """
 
 from __future__ import annotations
@@ -25,15 +26,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from nodeagent.apiserver import Api
+from nodeagent.apiserver import Api, ApiError
 from nodeagent.clock import Clock
 from nodeagent.log import Logger, get_logger
+from nodeagent.objectmanager import (
+    OBJECT_TTL,
+    ObjectManager,
+    config_map_manager,
+    secret_manager,
+)
 from nodeagent.podspec import Pod, Volume
 from nodeagent.volumemanager.content.errors import VolumeSetupError
-from nodeagent.volumemanager.content.objects import OBJECT_TTL, ObjectCache
+from nodeagent.volumemanager.content.objects import decode_config_map, decode_secret
 from nodeagent.volumemanager.content.payloads import (
+    Fetched,
     FetchError,
     Inputs,
+    ObjectData,
     TokenKey,
     references,
     unsupported_projection,
@@ -64,10 +73,15 @@ class ApiContentSource:
         object_ttl: float = OBJECT_TTL,
         tokens: TokenManager | None = None,
         log: Logger | None = None,
+        config_maps: ObjectManager | None = None,
+        secrets: ObjectManager | None = None,
     ) -> None:
+        """``config_maps``, ``secrets``: the node's managers (ones of its own when omitted,
+        with ``object_ttl``)."""
         self._clock = clock
         self._allocatable = allocatable
-        self._objects = ObjectCache(api=api, clock=clock, ttl=object_ttl)
+        self._config_maps = config_maps or config_map_manager(api=api, clock=clock, ttl=object_ttl)
+        self._secrets = secrets or secret_manager(api=api, clock=clock, ttl=object_ttl)
         self._tokens = tokens or TokenManager(api=api, clock=clock)
         self._log = log or get_logger("volumecontent")
         self._writes: dict[str, asyncio.Future[bool]] = {}
@@ -119,13 +133,14 @@ class ApiContentSource:
 
     async def _inputs(self, pod: Pod, volume: Volume) -> Inputs:
         refs = references(volume)
-        ns = pod.namespace
+        self._config_maps.register_pod(pod)
+        self._secrets.register_pod(pod)
         config_maps = {
-            name: await self._objects.get(pod.uid, "configmap", ns, name)
+            name: await _fetch(self._config_maps, pod.namespace, name, decode_config_map)
             for name in sorted(refs.config_maps)
         }
         secrets = {
-            name: await self._objects.get(pod.uid, "secret", ns, name)
+            name: await _fetch(self._secrets, pod.namespace, name, decode_secret)
             for name in sorted(refs.secrets)
         }
         tokens: dict[TokenKey, bytes | FetchError] = {}
@@ -142,8 +157,24 @@ class ApiContentSource:
         )
 
     def forget(self, pod_uid: str) -> None:
-        self._objects.release(pod_uid)
+        self._config_maps.unregister_pod(pod_uid)
+        self._secrets.unregister_pod(pod_uid)
         self._tokens.forget(pod_uid)
+
+
+async def _fetch(
+    manager: ObjectManager,
+    namespace: str,
+    name: str,
+    decode: Callable[[Mapping[str, object]], ObjectData],
+) -> Fetched:
+    """The object's data, None when it does not exist, or a :class:`FetchError` with the
+    kubelet's words."""
+    try:
+        obj = await manager.get(namespace, name)
+    except ApiError as e:
+        return FetchError(e.message)
+    return None if obj is None else decode(obj)
 
 
 def content_source(
@@ -152,7 +183,17 @@ def content_source(
     clock: Clock,
     allocatable: Callable[[], Mapping[str, str]] = dict,
     object_ttl: float = OBJECT_TTL,
+    config_maps: ObjectManager | None = None,
+    secrets: ObjectManager | None = None,
 ) -> ContentSource:
     """The real content source: objects and tokens from ``api`` (None: a node without an
-    apiserver, where only downwardAPI volumes can be filled)."""
-    return ApiContentSource(api=api, clock=clock, allocatable=allocatable, object_ttl=object_ttl)
+    apiserver, where only downwardAPI volumes can be filled); ConfigMaps and Secrets through
+    the node's managers when given."""
+    return ApiContentSource(
+        api=api,
+        clock=clock,
+        allocatable=allocatable,
+        object_ttl=object_ttl,
+        config_maps=config_maps,
+        secrets=secrets,
+    )

@@ -34,6 +34,7 @@ from nodeagent.podspec import (
     SecretVolumeSource,
     ServiceAccountTokenProjection,
     Volume,
+    volume_objects,
 )
 from nodeagent.volumemanager.content.errors import VolumeSetupError, aggregate
 from nodeagent.volumemanager.content.writer import FileProjection
@@ -85,19 +86,10 @@ def token_key(projection: ServiceAccountTokenProjection) -> TokenKey:
 
 
 def references(volume: Volume) -> References:
-    config_maps: set[str] = set()
-    secrets: set[str] = set()
+    config_maps, secrets = volume_objects(volume)
     tokens: set[TokenKey] = set()
-    if volume.config_map is not None:
-        config_maps.add(volume.config_map.name)
-    if volume.secret is not None:
-        secrets.add(volume.secret.secret_name)
     if volume.projected is not None:
         for source in volume.projected.sources:
-            if source.config_map is not None:
-                config_maps.add(source.config_map.name)
-            if source.secret is not None:
-                secrets.add(source.secret.name)
             if source.service_account_token is not None:
                 tokens.add(token_key(source.service_account_token))
     return References(frozenset(config_maps), frozenset(secrets), frozenset(tokens))

@@ -12,6 +12,11 @@ GUEST_DIR = "/root/provision"
 PROVISION_SCRIPT = Path(__file__).with_name("provision.sh")
 DEFAULT_ARGS_LINE = 'NODEAGENT_ARGS=""'
 TEST_DROPINS = "/etc/systemd/system/nodeagent.service.d/test-*.conf"
+# What a join or a copied kubeconfig leaves: without them the packaged agent runs standalone.
+NODE_STATE = (
+    "/etc/nodeagent/kubeconfig /etc/nodeagent/bootstrap-kubeconfig "
+    "/var/lib/nodeagent/join-flags.env /var/lib/nodeagent/pki"
+)
 
 
 def deb_version(deb: Path) -> str:
@@ -43,9 +48,11 @@ def ensure_installed(vm: Machine, deb: Path) -> None:
     """Bring the guest back to "``deb`` installed with default settings, service active"."""
     defaults = vm.run(f"grep -qx '{DEFAULT_ARGS_LINE}' /etc/default/nodeagent").rc == 0
     dropins = vm.run(f"ls {TEST_DROPINS}").rc == 0
-    if installed_version(vm) == deb_version(deb) and defaults and not dropins and is_active(vm):
+    unjoined = vm.run("test ! -e /var/lib/nodeagent/join-flags.env").rc == 0
+    current = installed_version(vm) == deb_version(deb)
+    if current and defaults and not dropins and unjoined and is_active(vm):
         return
-    vm.check(f"rm -f /etc/nodeagent/kubeconfig {TEST_DROPINS}")
+    vm.check(f"rm -rf {NODE_STATE} {TEST_DROPINS}")
     provision(vm, deb)
 
 

@@ -12,7 +12,8 @@ from nodeagent.gc import ImageGC, ImageGCError, ImageGCPolicy
 from nodeagent.gc.files import FsStats
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import cri_error
-from nodeagent.testing.fake_runtime import IMAGE_FS_MOUNTPOINT, FakeRuntime
+from nodeagent.testing.fake_images import IMAGE_FS_MOUNTPOINT
+from nodeagent.testing.fake_runtime import FakeRuntime
 
 MB = 1_000_000
 PAUSE = "registry.k8s.io/pause:3.10"

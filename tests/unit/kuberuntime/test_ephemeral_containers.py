@@ -12,7 +12,7 @@ from cri_protos.runtime.v1 import api_pb2 as api
 from nodeagent.events import container_field_path
 from nodeagent.kuberuntime.actions import PodActions, compute_pod_actions
 from nodeagent.kuberuntime.container import build_container_config
-from nodeagent.kuberuntime.env import EnvInputs, referenced_objects
+from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.results import ContainerFailure
 from nodeagent.kuberuntime.runtime_state import (
@@ -21,7 +21,7 @@ from nodeagent.kuberuntime.runtime_state import (
     PodRuntimeState,
     SandboxRecord,
 )
-from nodeagent.podspec import EphemeralContainer, Pod, ephemeral_forbidden_field
+from nodeagent.podspec import EphemeralContainer, Pod, ephemeral_forbidden_field, referenced_objects
 from nodeagent.status import generate_pod_status
 from nodeagent.testing.pods import container, pod
 

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from pod_stack import NODE, Stack, until
 
-from nodeagent.apiserver import PODS
-from nodeagent.pods.envsource import CONFIGMAPS
+from nodeagent.apiserver import CONFIGMAPS, PODS
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.pods import container, pod_object
 

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
+from nodeagent.apiserver import SERVICES
 from nodeagent.clock import FrozenClock
 from nodeagent.config import Config
 from nodeagent.kuberuntime.env import ContainerConfigError, make_environment
 from nodeagent.pods.envsource import ApiEnvSource
 from nodeagent.pods.managers import pod_managers
-from nodeagent.pods.sync import ALL_SERVICES
 from nodeagent.podspec import decode_pod
 from nodeagent.testing.fake_apiserver import FakeApiServer
 
@@ -25,14 +25,14 @@ def service(namespace: str, name: str, ip: str, port: int, **labels: str) -> dic
 
 async def test_containers_get_the_kubernetes_service_variables_from_the_services_cache() -> None:
     server = FakeApiServer()
-    server.seed(ALL_SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
-    server.seed(ALL_SERVICES, service("app", "web", "10.96.0.20", 80))
-    server.seed(ALL_SERVICES, service("other", "db", "10.96.0.30", 5432))
+    server.seed(SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
+    server.seed(SERVICES, service("app", "web", "10.96.0.20", 80))
+    server.seed(SERVICES, service("other", "db", "10.96.0.30", 5432))
     # labels by which the service proxy leaves a Service alone; the kubelet's env ignores them
     owned = {"service.kubernetes.io/service-proxy-name": "other"}
-    server.seed(ALL_SERVICES, service("app", "owned", "10.96.0.21", 81, **owned))
+    server.seed(SERVICES, service("app", "owned", "10.96.0.21", 81, **owned))
     marked = {"service.kubernetes.io/headless": ""}
-    server.seed(ALL_SERVICES, service("app", "marked", "10.96.0.22", 82, **marked))
+    server.seed(SERVICES, service("app", "marked", "10.96.0.22", 82, **marked))
     pods = pod_managers(
         Config(), api=server, clock=FrozenClock(), node_name="n1", get_node=lambda: None
     )
@@ -131,7 +131,7 @@ async def test_a_static_pod_never_waits_for_the_service_list() -> None:
 
 async def test_the_first_service_list_is_awaited_briefly_before_refusing() -> None:
     server = FakeApiServer()
-    server.seed(ALL_SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
+    server.seed(SERVICES, service("default", "kubernetes", "10.96.0.1", 443))
     pods = pod_managers(
         Config(), api=server, clock=FrozenClock(), node_name="n1", get_node=lambda: None
     )

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from proxy_builders import POD_CLIENT, Proxy, endpoint, endpoint_slice, service
 
-from nodeagent.apiserver import WatchCache
-from nodeagent.proxy.api import ENDPOINTSLICES_ALL, SERVICES_ALL, proxied_slice
+from nodeagent.apiserver import SERVICES, WatchCache
+from nodeagent.proxy.api import ENDPOINTSLICES_ALL, proxied_slice
 from nodeagent.proxy.model import ServiceName
 from nodeagent.proxy.service import proxy_caches
 from nodeagent.proxy.tracking import ServiceTracker
@@ -133,9 +133,9 @@ async def test_labelling_the_service_for_another_proxy_removes_it_until_unlabell
 @pytest.fixture
 async def server() -> FakeApiServer:
     s = FakeApiServer()
-    s.seed(SERVICES_ALL, service("web", IP))
-    s.seed(SERVICES_ALL, labelled(service("other", "10.96.0.11"), **{PROXY_NAME: "foo"}))
-    s.seed(SERVICES_ALL, service("db", "None"))
+    s.seed(SERVICES, service("web", IP))
+    s.seed(SERVICES, labelled(service("other", "10.96.0.11"), **{PROXY_NAME: "foo"}))
+    s.seed(SERVICES, service("db", "None"))
     s.seed(ENDPOINTSLICES_ALL, web_slice())
     db = endpoint_slice("db", [endpoint("10.244.2.1")], name="db-abc")
     s.seed(ENDPOINTSLICES_ALL, labelled(db, **{HEADLESS: ""}))
@@ -169,7 +169,7 @@ async def test_the_caches_select_as_kube_proxy(
     services, slices = caches
     assert names(services) == ["web"]
     assert names(slices) == ["web-abc"]
-    server.seed(SERVICES_ALL, service("api", "10.96.0.12"))  # seen: both watches are running
+    server.seed(SERVICES, service("api", "10.96.0.12"))  # seen: both watches are running
     server.seed(ENDPOINTSLICES_ALL, endpoint_slice("api", [endpoint("10.244.3.1")]))
     await asyncio.wait_for(services.wait_for(lambda c: names(c) == ["api", "web"]), 5)
     await asyncio.wait_for(slices.wait_for(lambda c: names(c) == ["api-abc", "web-abc"]), 5)

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from volume_clocks import ManualClock
 
-from nodeagent.apiserver import ServerError
+from nodeagent.apiserver import CONFIGMAPS, SECRETS, ServerError
+from nodeagent.objectmanager import config_map_manager
 from nodeagent.podspec import Pod, Volume, decode_pod
 from nodeagent.testing.fake_apiserver import Call, FakeApiServer
 from nodeagent.volumemanager.content import VolumeSetupError, content_source
-from nodeagent.volumemanager.content.objects import CONFIGMAPS, SECRETS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -201,9 +201,12 @@ async def test_unsupported_and_invalid(
 async def test_forget_drops_what_only_that_pod_used(
     server: FakeApiServer, clock: ManualClock, tmp_path: Path
 ) -> None:
-    source = content_source(api=server, clock=clock)
+    config_maps = config_map_manager(api=server, clock=clock)
+    source = content_source(api=server, clock=clock, config_maps=config_maps)
     a = make_pod({"name": "cfg", "configMap": {"name": "y"}}, uid="a")
     b = make_pod({"name": "cfg", "configMap": {"name": "y"}}, uid="b")
+    for pod in (a, b):  # both pods run: the pod manager registers them before their volumes
+        config_maps.register_pod(pod)
     for pod in (a, b):
         (tmp_path / pod.uid).mkdir()
         await source.set_up(pod, volume(pod), tmp_path / pod.uid)

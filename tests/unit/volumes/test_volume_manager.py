@@ -117,17 +117,17 @@ async def test_a_refresh_failure_after_set_up_does_not_stop_the_pod(
 
 async def test_unsupported_sources_fail_by_name(manager: VolumeManager) -> None:
     p = volume_pod(
-        {"name": "data", "image": {"reference": "busybox"}},
+        {"name": "data", "nfs": {"server": "nfs.example", "path": "/"}},
         {"name": "inline", "csi": {"driver": "hostpath.csi.k8s.io"}},
     )
     result = await manager.set_up(p)
     assert not result.ready
     assert result.failures == {
-        "data": 'volume source "image" is not supported on this node',
+        "data": 'volume source "nfs" is not supported on this node',
         "inline": 'volume source "csi" is not supported on this node',
     }
     assert result.events == {
-        "data": 'MountVolume.SetUp failed for volume "data" : volume source "image" is not '
+        "data": 'MountVolume.SetUp failed for volume "data" : volume source "nfs" is not '
         "supported on this node",
         "inline": 'MountVolume.SetUp failed for volume "inline" : volume source "csi" is not '
         "supported on this node",
