@@ -12,6 +12,9 @@ external-provisioner and external-resizer: ``csidriver.py``).
   file system's, so the pod's ``df`` does not change); ``/stats/summary`` lists the volume
   (``NodeGetVolumeStats``) under the pod's volume name with its ``pvcRef``, and ``/metrics``
   has its ``kubelet_volume_stats_*`` series;
+- an inline CSI volume published with fsGroup applied (``fsGroupPolicy: File``); a generic
+  ephemeral volume: the claim the controller makes for the pod is provisioned, staged and
+  published, and goes with the pod;
 - the agent killed with SIGKILL while NodeStageVolume, or NodePublishVolume, hangs in the
   driver: once it is started again no mount is left of what was deleted meanwhile, the pod that
   stays starts, and after the last pod goes nothing is mounted or staged.
@@ -490,3 +493,60 @@ async def test_agent_killed_mid_stage_and_mid_publish_leaves_no_mount_after_rest
                     explain=lambda: (mounts_below(root), list(staging.glob("*"))),
                 )
                 assert "Traceback" not in node.log_text(), node.log_tail()
+
+
+async def test_a_generic_ephemeral_volume_is_provisioned_for_its_pod_and_goes_with_it(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path, root: Path
+) -> None:
+    with no_mounts_left(tmp_path):
+        async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+            ns = node.namespace
+            node.start()
+            await wait_ready(control_plane, node, status="True", within=90)
+            with hostpath_driver(
+                control_plane,
+                node=node.name,
+                namespace=ns,
+                root_dir=root,
+                log_dir=tmp_path / "csi-logs",
+                sidecars=("csi-provisioner",),
+            ) as driver:
+                await registered(control_plane, node, driver)
+                pod = user("scratchy", ns, node.name)
+                pod["spec"].pop("nodeName")  # WaitForFirstConsumer: the scheduler binds it
+                pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+                pod["spec"]["volumes"] = [
+                    {
+                        "name": "data",
+                        "ephemeral": {
+                            "volumeClaimTemplate": {
+                                "spec": {
+                                    "accessModes": ["ReadWriteOnce"],
+                                    "storageClassName": driver.storage_class,
+                                    "resources": {"requests": {"storage": "1Gi"}},
+                                }
+                            }
+                        },
+                    }
+                ]
+                apply(control_plane, pod)
+                uid = await until(
+                    "scratchy Running",
+                    lambda: running_uid(control_plane, ns, "scratchy"),
+                    within=120,
+                    every=0.5,
+                    explain=lambda: (node.log_tail(), driver.logs()),
+                )
+                made = claim_of(control_plane, ns, "scratchy-data")
+                assert made["metadata"]["ownerReferences"][0]["uid"] == uid
+                pv = made["spec"]["volumeName"]
+                target = root / "pods" / uid / "volumes" / CSI_DIR / pv / "mount"
+                assert str(target) in mounts_below(root)
+                control_plane.kubectl("delete", "pod", "scratchy", "-n", ns)
+                await until("no pods", lambda: not pods_in(control_plane, ns), within=60)
+                await until(
+                    "nothing mounted",
+                    lambda: not mounts_below(root),
+                    within=30,
+                    explain=lambda: mounts_below(root),
+                )
