@@ -1,15 +1,15 @@
 """A CSI driver for integration tests: the harness's hostpath driver (``csi-hostpath``: the
-plugin and the node-driver-registrar) with the external-provisioner and external-resizer,
-as processes of the test on the real control plane, registering with the agent through its
-``<rootDir>/plugins_registry``.
+plugin and the node-driver-registrar) with the external-provisioner, external-resizer and
+external-attacher, as processes of the test on the real control plane, registering with the
+agent through its ``<rootDir>/plugins_registry``.
 
 The binaries are the harness's (``harness.csi_build.ensure_csi``); ``NODEAGENT_CSI_BIN`` names
-a directory holding ``csi-hostpath``, ``csi-provisioner`` and ``csi-resizer`` built elsewhere
-instead. Each test's driver has a name of its own (``<ns>.hostpath.csi.k8s.io``), so tests on
-one control plane never share a CSIDriver, and short socket paths (unix sockets stop at 108
-bytes). The CSIDriver (no attach, pod info on mount, fsGroupPolicy File, persistent and
-ephemeral) and a StorageClass of the driver (expansion allowed) are created and deleted with
-it.
+a directory holding ``csi-hostpath``, ``csi-provisioner``, ``csi-resizer`` and
+``csi-attacher`` built elsewhere instead. Each test's driver has a name of its own
+(``<ns>.hostpath.csi.k8s.io``), so tests on one control plane never share a CSIDriver, and
+short socket paths (unix sockets stop at 108 bytes). The CSIDriver (attach as asked, pod info
+on mount, fsGroupPolicy File, persistent and ephemeral) and a StorageClass of the driver
+(expansion allowed) are created and deleted with it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def binaries() -> dict[str, Path]:
     override = os.environ.get("NODEAGENT_CSI_BIN")
     if override:
         base = Path(override)
-        return {n: base / n for n in ("csi-hostpath", "csi-provisioner", "csi-resizer")}
+        names = ("csi-hostpath", "csi-provisioner", "csi-resizer", "csi-attacher")
+        return {n: base / n for n in names}
     from harness import csi_build  # type: ignore[attr-defined]
 
     found: dict[str, Path] = csi_build.ensure_csi(quiet=True)
@@ -116,9 +117,11 @@ def hostpath_driver(
     log_dir: Path,
     sidecars: tuple[str, ...] = ("csi-provisioner", "csi-resizer"),
     binding: str = "WaitForFirstConsumer",
+    attach: bool = False,
 ) -> Iterator[Driver]:
     """``sidecars``: the controller-side programs to run too (none for inline volumes);
-    ``binding``: the StorageClass's ``volumeBindingMode``."""
+    ``binding``: the StorageClass's ``volumeBindingMode``; ``attach``: the CSIDriver's
+    ``attachRequired`` (give ``csi-attacher`` among the sidecars then)."""
     bins = binaries()
     name = f"{namespace}.hostpath.csi.k8s.io"
     short = Path(tempfile.mkdtemp(prefix="na-csi-"))
@@ -131,7 +134,7 @@ def hostpath_driver(
         "kind": "CSIDriver",
         "metadata": {"name": name},
         "spec": {
-            "attachRequired": False,
+            "attachRequired": attach,
             "podInfoOnMount": True,
             "fsGroupPolicy": "File",
             "volumeLifecycleModes": ["Persistent", "Ephemeral"],

@@ -15,6 +15,9 @@ external-provisioner and external-resizer: ``csidriver.py``).
 - an inline CSI volume published with fsGroup applied (``fsGroupPolicy: File``); a generic
   ephemeral volume: the claim the controller makes for the pod is provisioned, staged and
   published, and goes with the pod;
+- a driver that needs attach (``attachRequired``, the external-attacher): the attach/detach
+  controller's VolumeAttachment must be attached before staging; the node lists the volume in
+  ``status.volumesInUse`` while it is mounted, and no longer once the pod is gone;
 - the agent killed with SIGKILL while NodeStageVolume, or NodePublishVolume, hangs in the
   driver: once it is started again no mount is left of what was deleted meanwhile, the pod that
   stays starts, and after the last pod goes nothing is mounted or staged.
@@ -548,5 +551,77 @@ async def test_a_generic_ephemeral_volume_is_provisioned_for_its_pod_and_goes_wi
                     "nothing mounted",
                     lambda: not mounts_below(root),
                     within=30,
+                    explain=lambda: mounts_below(root),
+                )
+
+
+async def test_a_driver_that_needs_attach_is_mounted_once_its_volume_attachment_is(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path, root: Path
+) -> None:
+    with no_mounts_left(tmp_path):
+        async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+            ns = node.namespace
+            node.start()
+            await wait_ready(control_plane, node, status="True", within=90)
+            with hostpath_driver(
+                control_plane,
+                node=node.name,
+                namespace=ns,
+                root_dir=root,
+                log_dir=tmp_path / "csi-logs",
+                sidecars=("csi-provisioner", "csi-attacher"),
+                binding="Immediate",
+                attach=True,
+            ) as driver:
+                await registered(control_plane, node, driver)
+                apply(control_plane, claim(ns, driver.storage_class))
+                apply(control_plane, user("attached", ns, node.name))
+                await until(
+                    "attached Running",
+                    lambda: running_uid(control_plane, ns, "attached"),
+                    within=120,
+                    every=0.5,
+                    explain=lambda: (node.log_tail(), driver.logs()),
+                )
+                pv = claim_of(control_plane, ns, "data")["spec"]["volumeName"]
+                handle = api_get(control_plane, f"/api/v1/persistentvolumes/{pv}")["spec"]["csi"][
+                    "volumeHandle"
+                ]
+                attachments = api_get(control_plane, "/apis/storage.k8s.io/v1/volumeattachments")
+                mine = [
+                    va
+                    for va in attachments["items"]
+                    if va["spec"]["source"].get("persistentVolumeName") == pv
+                ]
+                assert [va["status"]["attached"] for va in mine] == [True]
+                unique = f"kubernetes.io/csi/{driver.name}^{handle}"
+                await until(
+                    "the volume in the node's volumesInUse",
+                    lambda: (
+                        unique
+                        in (
+                            api_get(control_plane, f"/api/v1/nodes/{node.name}")["status"].get(
+                                "volumesInUse"
+                            )
+                            or []
+                        )
+                    ),
+                    within=30,
+                )
+                control_plane.kubectl("delete", "pod", "attached", "-n", ns)
+                await until("no pods", lambda: not pods_in(control_plane, ns), within=60)
+                await until(
+                    "nothing mounted and the volume no longer in use",
+                    lambda: (
+                        not mounts_below(root)
+                        and unique
+                        not in (
+                            api_get(control_plane, f"/api/v1/nodes/{node.name}")["status"].get(
+                                "volumesInUse"
+                            )
+                            or []
+                        )
+                    ),
+                    within=60,
                     explain=lambda: mounts_below(root),
                 )
