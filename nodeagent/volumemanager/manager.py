@@ -306,13 +306,34 @@ class VolumeManager:
         )
         self._pods: dict[str, _PodState] = {}
         self._tearing_down: set[str] = set()
+        self._root_shared = False
 
     def pod_dir(self, uid: str) -> Path:
         return layout.pod_dir(self._root, uid)
 
     # --- setting up ---------------------------------------------------------------------
 
+    async def ensure_root_shared(self) -> None:
+        """Make the root directory a shared mount of its own unless it already propagates,
+        as the kubelet's ``MakeRShared`` at start: a CSI plugin's container mounts volumes
+        below it with ``Bidirectional`` propagation, which the runtime refuses on a private
+        mount. Once per agent; a failure is logged and tried again on the next call."""
+        if self._root_shared:
+            return
+        try:
+            await asyncio.to_thread(os.makedirs, self._root, 0o750, True)
+            real = await asyncio.to_thread(os.path.realpath, self._root)
+            if not await self._mounter.is_shared(real):
+                await self._mounter.bind(real, real)
+                await self._mounter.make_shared(real)
+                self._log.info("Made the root directory a shared mount", path=real)
+        except (OSError, MountError) as e:
+            self._log.error("Cannot make the root directory shared", path=self._root, error=str(e))
+            return
+        self._root_shared = True
+
     async def set_up(self, pod: Pod) -> PodVolumes:
+        await self.ensure_root_shared()
         state = self._pods.setdefault(pod.uid, _PodState())
         result = PodVolumes(
             log=self._log, pod_dir=str(self.pod_dir(pod.uid)), mounter=self._mounter
@@ -494,6 +515,7 @@ class VolumeManager:
     async def clean_orphans(self, keep: Callable[[str], bool]) -> list[str]:
         """Tear down every pod directory whose UID ``keep`` rejects (asked again right
         before each one); the UIDs removed."""
+        await self.ensure_root_shared()
         removed = []
         for uid in await asyncio.to_thread(_list_pod_dirs, self._root):
             if keep(uid):

@@ -40,6 +40,10 @@ class Mounter(Protocol):
         """Every mount point of this mount namespace, in mount order."""
         ...
 
+    async def is_shared(self, path: str) -> bool:
+        """Whether the mount holding ``path`` propagates (``shared:`` in mountinfo)."""
+        ...
+
 
 def _unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as ``\\ooo``."""
@@ -64,6 +68,22 @@ def parse_mountinfo(text: str) -> list[str]:
         if len(fields) >= 5:
             points.append(_unescape(fields[4]))
     return points
+
+
+def is_shared_mount(text: str, path: str) -> bool:
+    """Whether the deepest mount of a mountinfo ``text`` holding ``path`` (a real path) is
+    shared: its optional fields (between the 6th field and ``-``) have ``shared:N``."""
+    best, shared = "", False
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 7:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            optional = fields[6 : fields.index("-")] if "-" in fields else []
+            best, shared = point, any(f.startswith("shared:") for f in optional)
+    return shared
 
 
 def below(points: list[str], directory: str) -> list[str]:
@@ -109,3 +129,7 @@ class SystemMounter:
     async def mount_points(self) -> list[str]:
         text = await asyncio.to_thread(Path(self._mountinfo).read_text)
         return parse_mountinfo(text)
+
+    async def is_shared(self, path: str) -> bool:
+        text = await asyncio.to_thread(Path(self._mountinfo).read_text)
+        return is_shared_mount(text, path)

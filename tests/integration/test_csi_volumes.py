@@ -40,7 +40,7 @@ from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import until
 from test_persistent_volumes import running_uid, statefulset
-from test_volumes import mounts_below, no_mounts_left
+from test_volumes import mounts_below, mounts_inside, no_mounts_left
 
 pytestmark = pytest.mark.integration
 
@@ -187,9 +187,9 @@ async def test_a_statefulset_keeps_its_data_on_a_csi_volume_and_it_grows_online(
                 )
                 await until(
                     "the volume unstaged",
-                    lambda: not mounts_below(root),
+                    lambda: not mounts_inside(root),
                     within=30,
-                    explain=lambda: mounts_below(root),
+                    explain=lambda: mounts_inside(root),
                 )
                 control_plane.kubectl("scale", "statefulset", "web", "--replicas=1", *ns)
                 third = await web_started(node, control_plane, driver, 3)
@@ -232,7 +232,7 @@ async def test_a_statefulset_keeps_its_data_on_a_csi_volume_and_it_grows_online(
                 await until(
                     "no pods", lambda: not pods_in(control_plane, node.namespace), within=60
                 )
-                await until("nothing mounted", lambda: not mounts_below(root), within=30)
+                await until("nothing mounted", lambda: not mounts_inside(root), within=30)
 
 
 async def registered(control_plane: ControlPlane, node: AgentNode, driver: Driver) -> list[Any]:
@@ -352,9 +352,9 @@ async def test_an_inline_csi_volume_after_registration_and_a_kill_mid_publish(
                 await until("no pods", lambda: not pods_in(control_plane, ns), within=60)
                 await until(
                     "nothing mounted",
-                    lambda: not mounts_below(root),
+                    lambda: not mounts_inside(root),
                     within=30,
-                    explain=lambda: mounts_below(root),
+                    explain=lambda: mounts_inside(root),
                 )
                 assert "Traceback" not in node.log_text(), node.log_tail()
 
@@ -491,7 +491,7 @@ async def test_agent_killed_mid_stage_and_mid_publish_leaves_no_mount_after_rest
                 await until("no pods", lambda: not pods_in(control_plane, ns), within=60)
                 await until(
                     "nothing mounted or staged",
-                    lambda: not mounts_below(root) and not any(staging.glob("*")),
+                    lambda: not mounts_inside(root) and not any(staging.glob("*")),
                     within=30,
                     explain=lambda: (mounts_below(root), list(staging.glob("*"))),
                 )
@@ -549,9 +549,9 @@ async def test_a_generic_ephemeral_volume_is_provisioned_for_its_pod_and_goes_wi
                 await until("no pods", lambda: not pods_in(control_plane, ns), within=60)
                 await until(
                     "nothing mounted",
-                    lambda: not mounts_below(root),
+                    lambda: not mounts_inside(root),
                     within=30,
-                    explain=lambda: mounts_below(root),
+                    explain=lambda: mounts_inside(root),
                 )
 
 
@@ -613,7 +613,7 @@ async def test_a_driver_that_needs_attach_is_mounted_once_its_volume_attachment_
                 await until(
                     "nothing mounted and the volume no longer in use",
                     lambda: (
-                        not mounts_below(root)
+                        not mounts_inside(root)
                         and unique
                         not in (
                             api_get(control_plane, f"/api/v1/nodes/{node.name}")["status"].get(
@@ -623,5 +623,5 @@ async def test_a_driver_that_needs_attach_is_mounted_once_its_volume_attachment_
                         )
                     ),
                     within=60,
-                    explain=lambda: mounts_below(root),
+                    explain=lambda: mounts_inside(root),
                 )

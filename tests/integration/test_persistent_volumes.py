@@ -25,7 +25,7 @@ from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
 from podnode import until
-from test_volumes import mounts_below, no_mounts_left
+from test_volumes import mounts_below, mounts_inside, no_mounts_left
 
 pytestmark = pytest.mark.integration
 
@@ -218,7 +218,7 @@ async def test_statefulset_on_a_local_pv_keeps_its_data_across_pods_and_scaling(
                 )
                 await until(
                     "no mounts under the root dir",
-                    lambda: not mounts_below(tmp_path / "root"),
+                    lambda: not mounts_inside(tmp_path / "root"),
                     within=30,
                 )
 
