@@ -43,6 +43,7 @@ class _PodState:
     allocation: Allocation
     actuated: Allocation = field(default_factory=dict)
     generation: int = 0
+    saved: bool = True
 
 
 @dataclass(slots=True)
@@ -121,6 +122,8 @@ class AllocationManager:
                 for uid, s in self._pods.items()
             }
             text = json.dumps({"pods": body}, sort_keys=True)
+            for state in self._pods.values():
+                state.saved = True
             try:
                 await asyncio.to_thread(_write_atomic, self._path, text)
             except OSError as e:
@@ -165,6 +168,18 @@ class AllocationManager:
 
     # --- deciding ---------------------------------------------------------------------
 
+    def admitted(self, pod: Pod) -> None:
+        """``pod`` was just admitted with the resources its spec has: they are its allocation
+        from now on (the kubelet's ``AddPod`` checkpoints them then), so a resize that
+        arrives before its first sync goes through resize admission. The pod's first sync
+        writes the checkpoint. A pod the checkpoint already has keeps that allocation."""
+        if pod.uid not in self._pods:
+            self._pods[pod.uid] = _PodState(
+                allocation=policy.allocation_of(pod),
+                generation=pod.metadata.generation,
+                saved=False,
+            )
+
     async def allocate(self, pod: Pod) -> Pod:
         """The kubelet's ``handlePodResourcesResize``; returns the pod as allocated."""
         await self.load()
@@ -175,6 +190,8 @@ class AllocationManager:
             )
             await self._save()
             return pod
+        if not state.saved:
+            await self._save()
         allocated, requested = policy.allocated_pod(pod, state.allocation)
         conditions = self._conditions.setdefault(pod.uid, _Conditions())
         if not requested:

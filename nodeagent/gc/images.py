@@ -40,6 +40,7 @@ from nodeagent.gc.imagepolicy import (
     too_old,
     usage_percent,
 )
+from nodeagent.gc.metrics import IMAGES_COLLECTED
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
@@ -256,6 +257,7 @@ class ImageGC:
         except CriError as e:
             self._log.error("Failed to remove image", image_id=record.id, error=str(e))
             return e.status_text
+        IMAGES_COLLECTED.labels(reason).inc()
         self._records.pop(record.id, None)
         result.removed.append(record.id)
         result.freed += record.size

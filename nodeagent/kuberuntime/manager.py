@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from nodeagent.clock import Clock
-from nodeagent.kuberuntime import etchosts
+from nodeagent.kuberuntime import etchosts, metrics
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.actions import StartupResults, compute_pod_actions, is_sidecar
 from nodeagent.kuberuntime.backoff import Backoff
@@ -299,8 +299,8 @@ class RuntimeManager:
                 pod, sandbox_config, result, secrets
             )
 
-        async def start(container: Container) -> bool:
-            return await self._containers.start_container(
+        async def start(container: Container, kind: str) -> bool:
+            started = await self._containers.start_container(
                 pod,
                 container,
                 state=state,
@@ -312,27 +312,33 @@ class RuntimeManager:
                 pull_secrets=secrets,
                 image_volumes=image_volumes,
             )
+            failure = None if started else result.failures.get(container.name)
+            metrics.count_start(kind, failure.reason if failure is not None else None)
+            return started
 
         for name in actions.ephemeral_containers_to_start:
-            await start(ephemeral[name])
+            await start(ephemeral[name], metrics.EPHEMERAL_CONTAINER)
         by_name = {c.name: c for c in (*pod.spec.init_containers, *pod.spec.containers)}
         for name in actions.init_containers_to_start:
             container = by_name[name]
-            started = await start(container)
+            started = await start(container, metrics.INIT_CONTAINER)
             if not started and not is_sidecar(container):
                 return result  # a failed init container: nothing after it starts
         for name in actions.containers_to_start:
-            await start(by_name[name])
+            await start(by_name[name], metrics.CONTAINER)
         return result
 
     async def _create_sandbox(
         self, pod: Pod, config: cri.PodSandboxConfig, result: SyncResult
     ) -> tuple[str, Sequence[str]] | None:
+        metrics.STARTED_PODS.inc()
         try:
             await self._files.ensure_dir(config.log_directory)
-            sandbox_id = await self._runtime.run_pod_sandbox(config, self._settings.runtime_handler)
+            sandbox_id = await self._run_pod_sandbox(config)
             status = (await self._runtime.pod_sandbox_status(sandbox_id)).status
         except (CriError, OSError) as e:
+            if not pod.deleted:  # a pod deleted while its sandbox was made: no real error
+                metrics.STARTED_PODS_ERRORS.inc()
             text = e.status_text if isinstance(e, CriError) else str(e)
             message = f"Failed to create pod sandbox: {text}"
             result.sandbox_error = ContainerFailure(CREATE_POD_SANDBOX_ERROR, message)
@@ -355,6 +361,18 @@ class RuntimeManager:
             ip=record.ip,
         )
         return sandbox_id, record.ips
+
+    async def _run_pod_sandbox(self, config: cri.PodSandboxConfig) -> str:
+        handler = self._settings.runtime_handler
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            return await self._runtime.run_pod_sandbox(config, handler)
+        except CriError:
+            metrics.RUN_PODSANDBOX_ERRORS.labels(handler).inc()
+            raise
+        finally:
+            metrics.RUN_PODSANDBOX_DURATION.labels(handler).observe(loop.time() - began)
 
     # --- in-place resize -----------------------------------------------------------------
 

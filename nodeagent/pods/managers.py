@@ -248,6 +248,10 @@ class CriRuntime(RuntimeService, ImageService, Protocol):
     ``FakeRuntime`` in tests."""
 
 
+def _ignore(pod: Pod) -> None:
+    del pod
+
+
 def wire_pods(
     *,
     node_name: str,
@@ -276,6 +280,7 @@ def wire_pods(
     image_options: ImageOptions | None = None,
     config_maps: ObjectManager | None = None,
     secrets: ObjectManager | None = None,
+    comparison_operators: bool = False,
 ) -> PodPipeline:
     """Wire the pod pipeline over its collaborators, each injected: the daemon's are built
     by :func:`pod_managers`, a test gives its fakes. Nothing here touches the host.
@@ -294,7 +299,9 @@ def wire_pods(
     API, pods' ``imagePullSecrets`` are read from it.
 
     ``config_maps``, ``secrets``: the ConfigMap and Secret managers the containers'
-    environment shares with the volumes (new ones over ``api`` when omitted)."""
+    environment shares with the volumes (new ones over ``api`` when omitted).
+    ``comparison_operators``: the ``TaintTolerationComparisonOperators`` gate (admission's
+    ``Lt``/``Gt`` tolerations of ``NoExecute`` taints)."""
     server: Api = api if api is not None else NoApiServer()
     config_maps = config_maps or config_map_manager(api=server, clock=clock)
     secrets = secrets or secret_manager(api=server, clock=clock)
@@ -334,12 +341,13 @@ def wire_pods(
         api=mirror_status if mirror_status is not None else server,
         deleter=deleter or PlainDeleter(api=server),
     )
-    workers_ref: list[PodWorkers] = []
+    # resize admission counts the pods admission counts (the kubelet's GetActivePods)
+    loop_ref: list[SyncLoop] = []
     allocation_manager = (
         AllocationManager(
             path=allocation_state,
             allocatable=allocatable,
-            active_pods=lambda: workers_ref[0].active_pods() if workers_ref else [],
+            active_pods=lambda: loop_ref[0].active_pods() if loop_ref else [],
             swap=settings.swap,
             events=events,
         )
@@ -381,7 +389,6 @@ def wire_pods(
         network_errors=network_errors,
     )
     workers = PodWorkers(syncer=podsync)
-    workers_ref.append(workers)
     sync_loop = SyncLoop(
         node_name=node_name,
         events=sync_events,
@@ -395,8 +402,13 @@ def wire_pods(
         event_sink=events,
         shutting_down=shutting_down,
         allocated=allocation_manager.allocated_pods if allocation_manager is not None else list,
+        on_admitted=allocation_manager.admitted if allocation_manager is not None else _ignore,
+        load_allocations=allocation_manager.load if allocation_manager is not None else None,
+        node=get_node,
+        comparison_operators=comparison_operators,
         sysctls=sysctls,
     )
+    loop_ref.append(sync_loop)
     mirrors = (
         MirrorPods(
             api=server,
@@ -540,6 +552,9 @@ def pod_managers(
         secrets=secrets,
         shutting_down=shutting_down,
         network_errors=network_errors,
+        comparison_operators=features.effective(config.kubelet.feature_gates)[
+            "TaintTolerationComparisonOperators"
+        ],
         sysctls=node_allowlist(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,

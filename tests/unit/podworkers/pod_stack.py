@@ -10,6 +10,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nodeagent.allocation import AllocationManager
@@ -107,6 +108,7 @@ async def running_stack(
     shutting_down: Callable[[], bool] = lambda: False,
     cgroups: PodCgroups | None = None,
     allocation: bool = False,
+    allocation_checkpoint: Path | None = None,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
@@ -137,6 +139,7 @@ async def running_stack(
         allocation=allocation,
         events=events,
         shutting_down=shutting_down,
+        allocation_state=allocation_checkpoint,
         sysctls=sysctls,
     )
     sync_loop, prober = pipeline.sync_loop, pipeline.prober
