@@ -21,6 +21,10 @@ class Versions:
     cluster_domain: str
     metrics_server: str = ""
     coredns: str = ""
+    csi_provisioner: str = ""
+    csi_attacher: str = ""
+    csi_resizer: str = ""
+    csi_snapshotter: str = ""
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -50,6 +54,10 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         cluster_domain=env["CLUSTER_DOMAIN"],
         metrics_server=env.get("METRICS_SERVER_VERSION", ""),
         coredns=env.get("COREDNS_VERSION", ""),
+        csi_provisioner=env.get("CSI_PROVISIONER_VERSION", ""),
+        csi_attacher=env.get("CSI_ATTACHER_VERSION", ""),
+        csi_resizer=env.get("CSI_RESIZER_VERSION", ""),
+        csi_snapshotter=env.get("CSI_SNAPSHOTTER_VERSION", ""),
     )
 
 
