@@ -352,7 +352,7 @@ and -snapshotter built from their modules at the pins of tests/harness/versions.
 `csi-provisioner:v6.1.1` is v6.4.0, `csi-attacher:v4.11.0` is v4.13.0, `csi-resizer:v2.1.0` is
 v2.2.0); `hostpathplugin`, `csi-node-driver-registrar` and `livenessprobe` are the harness's
 stand-in (tests/harness/csi-hostpath/: the modules are not served here), which has no block
-volumes: the `(block volmode)` patterns fail with both nodes."""
+volumes: the csi-hostpath `(block volmode)` patterns are not selected."""
 
 
 def main(argv: Sequence[str]) -> int:
