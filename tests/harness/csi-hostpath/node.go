@@ -150,6 +150,14 @@ func (p *plugin) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 		}
 		source = req.GetStagingTargetPath()
 	}
+	if req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		for target := range v.Published {
+			if target != req.GetTargetPath() {
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"volume %s is single-writer and already published at %s", v.ID, target)
+			}
+		}
+	}
 	if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

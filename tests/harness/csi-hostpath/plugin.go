@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -375,13 +377,16 @@ func (p *plugin) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id missing")
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
-		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume capabilities missing")
 	}
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
 	if _, ok := p.st.Volumes[req.GetVolumeId()]; !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil // not confirmed
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),
@@ -509,7 +514,7 @@ func (p *plugin) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotReques
 func (p *plugin) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
-	out := &csi.ListSnapshotsResponse{}
+	var matching []*snapshot
 	for _, sn := range p.st.Snapshots {
 		if id := req.GetSnapshotId(); id != "" && id != sn.ID {
 			continue
@@ -517,7 +522,28 @@ func (p *plugin) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest)
 		if src := req.GetSourceVolumeId(); src != "" && src != sn.Source {
 			continue
 		}
+		matching = append(matching, sn)
+	}
+	sort.Slice(matching, func(i, j int) bool { return matching[i].ID < matching[j].ID })
+	// The token is the index of the next entry, in id order.
+	start := 0
+	if token := req.GetStartingToken(); token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 || n > len(matching) {
+			return nil, status.Errorf(codes.Aborted, "starting token %q is not valid", token)
+		}
+		start = n
+	}
+	end := len(matching)
+	if limit := int(req.GetMaxEntries()); limit > 0 && start+limit < end {
+		end = start + limit
+	}
+	out := &csi.ListSnapshotsResponse{}
+	for _, sn := range matching[start:end] {
 		out.Entries = append(out.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: snapshotMessage(sn)})
+	}
+	if end < len(matching) {
+		out.NextToken = strconv.Itoa(end)
 	}
 	return out, nil
 }
