@@ -258,7 +258,10 @@ def _socket_mount() -> dict[str, Any]:
     return {"name": "socket-dir", "mountPath": "/csi"}
 
 
-def _containers(root: str) -> list[dict[str, Any]]:
+KUBECONFIG_DIR = "/etc/csi-hostpath"
+
+
+def _containers(root: str, *, kubeconfig: bool, health_port: int) -> list[dict[str, Any]]:
     names = image_names()
     node_name = {
         "name": "KUBE_NODE_NAME",
@@ -267,12 +270,16 @@ def _containers(root: str) -> list[dict[str, Any]]:
     privileged = {"privileged": True}
 
     def sidecar(name: str, image: str, *args: str) -> dict[str, Any]:
+        mounts = [_socket_mount()]
+        if kubeconfig:
+            args = (*args, f"--kubeconfig={KUBECONFIG_DIR}/kubeconfig")
+            mounts.append({"name": "api-kubeconfig", "mountPath": KUBECONFIG_DIR, "readOnly": True})
         return {
             "name": name,
             "image": names[image],
             "args": ["--v=2", "--csi-address=/csi/csi.sock", *args],
             "securityContext": privileged,
-            "volumeMounts": [_socket_mount()],
+            "volumeMounts": mounts,
         }
 
     return [
@@ -286,7 +293,7 @@ def _containers(root: str) -> list[dict[str, Any]]:
             ],
             "env": [node_name],
             "securityContext": privileged,
-            "ports": [{"containerPort": 9898, "name": "healthz", "protocol": "TCP"}],
+            "ports": [{"containerPort": health_port, "name": "healthz", "protocol": "TCP"}],
             "livenessProbe": {
                 "httpGet": {"path": "/healthz", "port": "healthz"},
                 "initialDelaySeconds": 10,
@@ -328,7 +335,7 @@ def _containers(root: str) -> list[dict[str, Any]]:
         {
             "name": "liveness-probe",
             "image": names["livenessprobe"],
-            "args": ["--csi-address=/csi/csi.sock", "--health-port=9898"],
+            "args": ["--csi-address=/csi/csi.sock", f"--health-port={health_port}"],
             "volumeMounts": [_socket_mount()],
         },
         sidecar("csi-attacher", "csi-attacher"),
@@ -342,10 +349,23 @@ def _host_path(name: str, path: str, kind: str) -> dict[str, Any]:
 
 
 def plugin_statefulset(
-    *, root_dir: Path, data_dir: Path, namespace: str, node_name: str | None = None
+    *,
+    root_dir: Path,
+    data_dir: Path,
+    namespace: str,
+    node_name: str | None = None,
+    kubeconfig_secret: str | None = None,
+    health_port: int = 9898,
 ) -> dict[str, Any]:
     root = str(root_dir).rstrip("/")
-    pin = {"nodeName": node_name} if node_name else {}
+    pin: dict[str, Any] = {"nodeName": node_name} if node_name else {}
+    extra_volumes: list[dict[str, Any]] = []
+    if kubeconfig_secret:
+        # the API through a kubeconfig on the host's network: no Service proxy needed
+        pin["hostNetwork"] = True
+        extra_volumes.append(
+            {"name": "api-kubeconfig", "secret": {"secretName": kubeconfig_secret}}
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -360,7 +380,9 @@ def plugin_statefulset(
                     **pin,
                     "serviceAccountName": ACCOUNT,
                     "terminationGracePeriodSeconds": 10,
-                    "containers": _containers(root),
+                    "containers": _containers(
+                        root, kubeconfig=bool(kubeconfig_secret), health_port=health_port
+                    ),
                     "volumes": [
                         _host_path(
                             "socket-dir", f"{root}/plugins/csi-hostpath", "DirectoryOrCreate"
@@ -370,6 +392,7 @@ def plugin_statefulset(
                         _host_path("plugins-dir", f"{root}/plugins", "DirectoryOrCreate"),
                         _host_path("csi-data-dir", str(data_dir), "DirectoryOrCreate"),
                         _host_path("dev-dir", "/dev", "Directory"),
+                        *extra_volumes,
                     ],
                 },
             },
@@ -384,14 +407,25 @@ def manifests(
     namespace: str = NAMESPACE,
     node_name: str | None = None,
     default_class: bool = True,
+    kubeconfig_secret: str | None = None,
+    health_port: int = 9898,
 ) -> list[dict[str, Any]]:
     """Every object of the driver, in apply order. `node_name` pins the plugin to one node
-    (a test's); `root_dir` is the node's kubelet root dir, `data_dir` where volumes live."""
+    (a test's); `root_dir` is the node's kubelet root dir, `data_dir` where volumes live.
+    With `kubeconfig_secret` (a Secret in `namespace` with a ``kubeconfig`` key) the pod runs
+    on the host's network and the sidecars reach the API with that kubeconfig instead of the
+    ``kubernetes`` Service (a test's node has no Service proxy); `health_port` is then the
+    liveness probe's port on the host."""
     return [
         *_rbac(namespace),
         csi_driver(),
         plugin_statefulset(
-            root_dir=root_dir, data_dir=data_dir, namespace=namespace, node_name=node_name
+            root_dir=root_dir,
+            data_dir=data_dir,
+            namespace=namespace,
+            node_name=node_name,
+            kubeconfig_secret=kubeconfig_secret,
+            health_port=health_port,
         ),
         storage_class(default=default_class),
     ]

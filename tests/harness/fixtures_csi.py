@@ -17,7 +17,10 @@ test started, and removes it afterwards. Use it inside the test, once the node i
             # node unpublishes and unstages while the driver still runs
 
 ``deploy(node)`` pins the plugin's pod to the node, puts it in the node's namespace (the
-node's teardown removes its containers), reads the node's root dir from its config
+node's teardown removes its containers) on the host's network, gives the sidecars a kubeconfig
+(a Secret: a client certificate of the cluster CA named as the driver's ServiceAccount, which
+the RBAC binds) so that they reach the API without the ``kubernetes`` Service (a test's node
+runs no Service proxy, and the host's is ``make up``'s), reads the node's root dir from its config
 (``node.rootDir``: the plugin's socket dir, ``plugins_registry``, ``pods`` and ``plugins``
 under it) and keeps the volumes under ``tmp_path/csi-data``; it waits until the pod is Ready
 and the node's ``CSINode`` lists ``hostpath.csi.k8s.io`` (the node registered the driver
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,10 +43,18 @@ from typing import Any, Protocol
 
 import pytest
 from harness import csi_hostpath as driver_objects
+from harness import kubeconfig
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 
 DEPLOY_TIMEOUT = 240.0  # a cold pull of seven images on a loaded machine
+KUBECONFIG_SECRET = "csi-hostpath-kubeconfig"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Node(Protocol):
@@ -70,9 +82,28 @@ class CSIHostpath:
 
     async def deploy(self, node: Node, *, within: float = DEPLOY_TIMEOUT) -> Deployed:
         root = driver_objects.node_root_dir(node.config)
-        items = driver_objects.manifests(
-            root_dir=root, data_dir=self.data_dir, namespace=node.namespace, node_name=node.name
+        account = f"system:serviceaccount:{node.namespace}:{driver_objects.ACCOUNT}"
+        client = self.plane.pki.client_cert(f"csi-hostpath-{node.namespace}", common_name=account)
+        config = kubeconfig.render(
+            server=self.plane.server, ca=self.plane.ca_path, user=account, client=client
         )
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": KUBECONFIG_SECRET, "namespace": node.namespace},
+            "stringData": {"kubeconfig": json.dumps(config)},
+        }
+        items = [
+            secret,
+            *driver_objects.manifests(
+                root_dir=root,
+                data_dir=self.data_dir,
+                namespace=node.namespace,
+                node_name=node.name,
+                kubeconfig_secret=KUBECONFIG_SECRET,
+                health_port=free_port(),
+            ),
+        ]
         body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
         self.plane.kubectl("apply", "-f", "-", input=body)
         done = Deployed(

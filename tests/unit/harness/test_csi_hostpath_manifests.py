@@ -123,3 +123,19 @@ replace (
         snapshotter.package
         == "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"
     )
+
+
+def test_a_tests_driver_reaches_the_api_through_a_kubeconfig_on_the_host_network() -> None:
+    sts = objects(kubeconfig_secret="kc", health_port=40123)[("StatefulSet", "csi-hostpathplugin")]
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert {"name": "api-kubeconfig", "secret": {"secretName": "kc"}} in pod["volumes"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    for name in ("csi-provisioner", "csi-attacher", "csi-resizer"):
+        assert "--kubeconfig=/etc/csi-hostpath/kubeconfig" in containers[name]["args"]
+    assert "--health-port=40123" in containers["liveness-probe"]["args"]
+    assert containers["hostpath"]["ports"][0]["containerPort"] == 40123
+    # make up's: in-cluster config on the pod network
+    plain = objects()[("StatefulSet", "csi-hostpathplugin")]["spec"]["template"]["spec"]
+    assert "hostNetwork" not in plain
+    assert not any(a.startswith("--kubeconfig") for c in plain["containers"] for a in c["args"])
