@@ -16,6 +16,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: help
 help:
 	@echo "make up        set up everything and start a local single-node cluster with nodeagent as its node"
+	@echo "make up NODES=3  the same control plane with 3 nodeagent nodes (namespaces, flannel)"
 	@echo "make down      stop and clean everything 'make up' started"
 	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
 	@echo "make packages  build the .deb and .rpm into dist/"
@@ -80,6 +81,16 @@ images: venv
 integration: venv binaries
 	$(PYTEST) tests/integration -q
 
+# Multi-node: a 3-node cluster of the tests' own (tests/multinode). `make test` runs the smoke
+# slice (3 nodes Ready, the pod-to-pod matrix); `make multinode` runs all of it.
+.PHONY: multinode-smoke
+multinode-smoke: venv binaries
+	$(PYTEST) tests/multinode -q -m smoke
+
+.PHONY: multinode
+multinode: venv binaries
+	$(PYTEST) tests/multinode -q
+
 .PHONY: vm-test
 vm-test: venv packages
 	$(PYTEST) tests/system -q
@@ -100,7 +111,7 @@ vagrant-test: venv vagrant-deps binaries packages
 	$(PYTEST) tests/vagrant -q
 
 .PHONY: test
-test: host-deps venv lint unit integration vm-test vagrant-test
+test: host-deps venv lint unit integration multinode-smoke vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 
@@ -143,9 +154,11 @@ gen: venv
 
 # --- local cluster ------------------------------------------------------------------------------
 
+NODES ?= 1
+
 .PHONY: up
 up: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m harness up
+	PYTHONPATH=tests $(PY) -m harness up --nodes $(NODES)
 
 .PHONY: down
 down:

@@ -46,6 +46,7 @@ from nodeagent.nodestatus.manager import NodeStatusManager
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
+from nodeagent.podcidr import PodCIDRManager
 from nodeagent.pods.managers import PodManagers, pod_managers
 from nodeagent.podspec import Pod
 from nodeagent.proxy.service import proxy_managers
@@ -547,6 +548,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         events=events,
         node_events=events,
         shutting_down=lambda: shutdown.shutdown_in_progress(),  # noqa: PLW0108 - built below
+        network_errors=runtime.network_errors,
     )
     shutdown = _shutdown_manager(
         config, node, clock=clock, pods=pods, on_change=status.poke, events=events
@@ -559,6 +561,17 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
         node_ips=tuple(str(ip) for ip in node.node_ips if not ip.is_unspecified),
         node_cache=node_cache,
         local_ips=lambda: (str(ip) for ip in hostinfo.read_host_network().all_addresses()),
+    )
+
+    def pod_cidr_applied() -> None:  # the kubelet's fastStatusUpdateOnce
+        runtime.poke()
+        status.poke()
+
+    podcidr = PodCIDRManager(
+        node_name=node.node_name,
+        node_cache=node_cache,
+        update=pods.connection.update_runtime_config,
+        on_change=pod_cidr_applied,
     )
     logs = RotationManager(runtime=pods.connection, clock=clock, policy=rotation_policy(config))
     stats, sampler = node_stats(config, pods=pods, clock=clock, node_name=node.node_name)
@@ -584,6 +597,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
     return [
         *(api, lease, credentials, node_cache, events, runtime, status, report),
         *pods.managers,
+        podcidr,
         shutdown,
         sampler,
         eviction,

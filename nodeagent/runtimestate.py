@@ -29,6 +29,7 @@ STATUS_PERIOD: Final = 5.0  # the kubelet's updateRuntimeUp period
 MAX_WAIT_FOR_RUNTIME: Final = 30.0  # maxWaitForContainerRuntime
 NOT_CHECKED: Final = "container runtime status check may not have completed yet"
 RUNTIME_DOWN: Final = "container runtime is down"
+NETWORK_NOT_READY: Final = "container runtime network not ready"
 VERSION_UNKNOWN: Final = "unknown"
 
 
@@ -72,7 +73,7 @@ def evaluate(facts: Facts) -> tuple[str, ...]:
             errors.append(f"container runtime not ready: {condition_text(runtime)}")
         network = by_type.get("NetworkReady")
         if network is None or not network.status:
-            errors.append(f"container runtime network not ready: {condition_text(network)}")
+            errors.append(f"{NETWORK_NOT_READY}: {condition_text(network)}")
     return tuple(errors)
 
 
@@ -106,6 +107,7 @@ class RuntimeState:
         self._negotiation_error: str | None = None
         self._errors: tuple[str, ...] = (NOT_CHECKED,)
         self._last_logged = ""
+        self._wake: asyncio.Future[None] | None = None
 
     @property
     def name(self) -> str:
@@ -117,16 +119,38 @@ class RuntimeState:
     def version(self) -> str:
         return version_string(self._version)
 
+    def network_errors(self) -> tuple[str, ...]:
+        """Only the network's errors (the kubelet's ``networkErrors``): pods on the host's
+        network may start while they last, the others wait."""
+        return tuple(e for e in self._errors if e.startswith(NETWORK_NOT_READY))
+
+    def poke(self) -> None:
+        """Check now instead of at the next period (the kubelet's ``updateRuntimeUp`` right after
+        a pod CIDR reached the runtime)."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while True:
                 await self._check()
                 self._publish(evaluate(self._facts(loop.time())))
-                await asyncio.sleep(self._period)
+                await self._sleep(loop)
         finally:
             if self._client is not None:
                 await asyncio.shield(self._client.close())
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``asyncio.sleep(period)`` (built the same way, so it wakes in the same order) that
+        `poke` can end early."""
+        self._wake = wake = loop.create_future()
+        timer = loop.call_later(self._period, _wake_up, wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     def _facts(self, now: float) -> Facts:
         return Facts(
@@ -181,3 +205,8 @@ class RuntimeState:
             self._last_logged = ""
             self._log.info("Container runtime is ready", version=self.version())
         self._on_change()
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

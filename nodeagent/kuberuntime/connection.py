@@ -117,6 +117,9 @@ class RuntimeConnection:
     async def runtime_config(self) -> cri.RuntimeConfigResponse:
         return await (await self._c()).runtime_config()
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        await (await self._c()).update_runtime_config(pod_cidr)
+
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig, runtime_handler: str = "") -> str:
         return await (await self._c()).run_pod_sandbox(config, runtime_handler)
 

@@ -182,6 +182,20 @@ class CriClient:
             RUNTIME, "RuntimeConfig", request, RuntimeConfigResponse, deadline=self._timeout
         )
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """Hand the node's pod CIDR(s) (comma-separated) to the runtime, as the kubelet's
+        ``UpdatePodCIDR`` does: a ``RuntimeConfig`` carrying only ``network_config``."""
+        request = api.UpdateRuntimeConfigRequest(
+            runtime_config=api.RuntimeConfig(network_config=api.NetworkConfig(pod_cidr=pod_cidr))
+        )
+        await self._call(
+            RUNTIME,
+            "UpdateRuntimeConfig",
+            request,
+            api.UpdateRuntimeConfigResponse,
+            deadline=self._timeout,
+        )
+
     async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:
         request = api.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler)
         response = await self._call(

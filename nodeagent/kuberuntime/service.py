@@ -46,6 +46,10 @@ class RuntimeService(Protocol):
 
     async def runtime_config(self) -> RuntimeConfigResponse: ...
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """UpdateRuntimeConfig with the node's pod CIDR(s), comma-separated."""
+        ...
+
     async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:
         """Create and start a sandbox; returns its id."""
         ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -265,6 +265,7 @@ def wire_pods(
     deleter: PodDeleter | None = None,
     events: ObjectEventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    network_errors: Callable[[], Sequence[str]] = tuple,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
     image_options: ImageOptions | None = None,
     config_maps: ObjectManager | None = None,
@@ -371,6 +372,7 @@ def wire_pods(
             ApiPullSecrets(api=api, events=events or DiscardEvents()) if api is not None else None
         ),
         objects=(config_maps, secrets),
+        network_errors=network_errors,
     )
     workers = PodWorkers(syncer=podsync)
     workers_ref.append(workers)
@@ -431,6 +433,7 @@ def pod_managers(
     events: ObjectEventSink | None = None,
     node_events: EventSink | None = None,
     shutting_down: Callable[[], bool] = lambda: False,
+    network_errors: Callable[[], Sequence[str]] = tuple,
     kernel_release: str | None = None,
 ) -> PodManagers:
     """The pod managers for ``config``: the daemon's collaborators (the CRI connection, the
@@ -442,6 +445,7 @@ def pod_managers(
     ``node_events``: where the Node's Events go (garbage collection failures).
     ``api=None``: a standalone node, static pods only (no API source, no mirror pods).
     ``shutting_down``: while it holds, admission refuses new pods (node shutdown).
+    ``network_errors``: the runtime's network errors; while any, only host-network pods start.
     ``kernel_release``: which safe sysctls pods may set (``uname -r`` when omitted)."""
     settings = settings or runtime_settings(config, node_name=node_name, node_ips=node_ips)
     connection = RuntimeConnection(
@@ -521,6 +525,7 @@ def pod_managers(
         config_maps=config_maps,
         secrets=secrets,
         shutting_down=shutting_down,
+        network_errors=network_errors,
         sysctls=node_allowlist(
             platform.release() if kernel_release is None else kernel_release,
             config.kubelet.allowed_unsafe_sysctls,

@@ -54,6 +54,9 @@ from nodeagent.volumemanager.manager import VolumeManager
 
 SANDBOX_RETRY: Final = 10.0
 FAILED_MOUNT: Final = "FailedMount"
+NETWORK_NOT_READY: Final = "network is not ready"  # the kubelet's NetworkNotReadyErrorMsg
+NETWORK_NOT_READY_REASON: Final = "NetworkNotReady"
+NETWORK_RETRY: Final = 10.0  # the pod workers' back-off after a failed sync
 
 
 class PullSecretSource(Protocol):
@@ -119,6 +122,7 @@ class PodSync:
         objects: Sequence[ObjectManager] = (),
         log: Logger | None = None,
         pull_secrets: PullSecretSource | None = None,
+        network_errors: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         """``volumes``: the volume manager; without one, a container that mounts a volume
         fails with ``CreateContainerConfigError``. ``cgroups``: the container manager (pod
@@ -127,8 +131,11 @@ class PodSync:
         as they are and a resize is never applied. ``pull_secrets``: reads a pod's
         ``imagePullSecrets`` (none without it). ``objects``: the ConfigMap and Secret
         managers the pod is registered with while it runs (the kubelet's pod manager
-        registers each pod: a new pod reads its objects fresh)."""
+        registers each pod: a new pod reads its objects fresh). ``network_errors``: the
+        runtime's network errors (``RuntimeState.network_errors``): while there are any, a
+        pod without ``hostNetwork`` is not started (the kubelet's "network is not ready")."""
         self._pull_secrets = pull_secrets
+        self._network_errors = network_errors
         self._runtime = runtime
         self._allocation = allocation
         self._objects = objects
@@ -253,6 +260,21 @@ class PodSync:
         if reported["phase"] in TERMINAL:
             return SyncOutcome(terminal=True)
         wake_in = self._deadline_wake(pod, reported)
+        # Only a pod on the host's network may start while the runtime's network is not ready
+        # (a CNI DaemonSet's pod is one), as in the kubelet's SyncPod.
+        if not pod.spec.host_network and (network := self._network_errors()):
+            message = f"{NETWORK_NOT_READY}: {'; '.join(network)}"
+            self._events.record_for(
+                pod_reference(pod), "Warning", NETWORK_NOT_READY_REASON, message
+            )
+            self._log.error(
+                "Error syncing pod, skipping",
+                pod_namespace=pod.namespace,
+                pod_name=pod.name,
+                pod_uid=pod.uid,
+                error=message,
+            )
+            return SyncOutcome(retry_in=NETWORK_RETRY, wake_in=wake_in)
         for manager in self._objects:
             manager.register_pod(pod)
         if self._cgroups is not None:

@@ -79,6 +79,10 @@ class FakeRuntime(FakeImageService):
         self.runtime_ready = True
         self.sandbox_image = "registry.k8s.io/pause:3.10"  # sandboxImage of a verbose Status
         self.network_ready = True
+        # UpdateRuntimeConfig's pod CIDRs, in order; `on_pod_cidr` plays the runtime's part
+        # (containerd writes its CNI config from a template and turns NetworkReady true).
+        self.pod_cidrs: list[str] = []
+        self.on_pod_cidr: Callable[[str], None] | None = None
         self.closed = 0
         self.cgroup_driver = 1  # CGROUPFS; 0 is SYSTEMD
         self.stop_exit_code = 137
@@ -266,6 +270,12 @@ class FakeRuntime(FakeImageService):
         # The stubs type enum fields as the enum class; on the wire it is a plain int.
         response.linux.cgroup_driver = cast(cri.CgroupDriver, self.cgroup_driver)
         return response
+
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        self._enter("UpdateRuntimeConfig")
+        self.pod_cidrs.append(pod_cidr)
+        if self.on_pod_cidr is not None:
+            self.on_pod_cidr(pod_cidr)
 
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig, runtime_handler: str = "") -> str:
         self._enter("RunPodSandbox")

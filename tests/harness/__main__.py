@@ -7,7 +7,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m harness build [--peers] | csi-build | up | down"
+    usage = "usage: python -m harness build [--peers] | csi-build | up [--nodes N] | down"
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0 if argv else 2

@@ -60,3 +60,13 @@ def remove_cgroup_tree(name: str, *, attempts: int = 50) -> list[str]:
             if not _rmdir(path, attempts):
                 left.append(str(path))
     return left
+
+
+def kill_tree(name: str) -> list[int]:
+    """SIGKILL every process in ``/<name>`` and below, in every hierarchy; the pids killed."""
+    killed: list[int] = []
+    for top in [*CGROUP_FS.glob(f"*/{name}"), CGROUP_FS / name]:
+        if top.is_dir():
+            for directory, _, _ in os.walk(top):
+                killed += _kill_leftovers(Path(directory))
+    return sorted(set(killed))

@@ -62,6 +62,10 @@ class ContainerdConfig:
     # asks -998 for sandboxes) and every RunPodSandbox fails; None = detect.
     restrict_oom_score_adj: bool | None = None
     log_path: Path | None = None  # default base_dir/containerd.log (removed by stop)
+    # A CNI config template (`{{.PodCIDR}}`, ...): containerd writes
+    # <cni_conf_dir>/10-containerd-net.conflist from it when the kubelet (here: the agent)
+    # sends the node's pod CIDR with UpdateRuntimeConfig.
+    cni_conf_template: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,6 +137,9 @@ def render_config(cfg: ContainerdConfig) -> str:
     base = cfg.base_dir
     q = json.dumps
     cri = '[plugins."io.containerd.grpc.v1.cri"'
+    template = ""
+    if cfg.cni_conf_template is not None:
+        template = f"  conf_template = {q(str(cfg.cni_conf_template))}\n"
     restrict_oom = cfg.restrict_oom_score_adj
     if restrict_oom is None:
         restrict_oom = not has_capability(CAP_SYS_RESOURCE)
@@ -171,7 +178,7 @@ temp = {q(str(base / "tmp"))}
 {cri}.cni]
   bin_dir = {q(str(cfg.cni_bin_dir))}
   conf_dir = {q(str(cfg.cni_conf_dir))}
-
+{template}
 {cri}.registry]
   config_path = {q(str(base / "certs.d"))}
 """
@@ -200,11 +207,14 @@ def cri_answers(socket: Path) -> bool:
     return True
 
 
-def start_containerd(cfg: ContainerdConfig, *, detached: bool = False) -> Containerd:
+def start_containerd(
+    cfg: ContainerdConfig, *, detached: bool = False, enter: Sequence[str] = ()
+) -> Containerd:
     """Start containerd; return once its CRI service answers. Cleans up if that fails.
 
     `detached` (for `make up`) lets it outlive this process; otherwise it gets SIGTERM when
-    this process dies.
+    this process dies. `enter` is a prefix that execs it elsewhere (`nsenter ... --`, a node of
+    a multi-node cluster): the pid is then containerd's own.
     """
     base = cfg.base_dir
     socket = base / "c.sock"
@@ -220,7 +230,7 @@ def start_containerd(cfg: ContainerdConfig, *, detached: bool = False) -> Contai
     log = cfg.log_path or base / "containerd.log"
     proc = processes.start(
         name="containerd",
-        argv=[CONTAINERD, "--config", str(base / "config.toml"), "--log-level", "info"],
+        argv=[*enter, CONTAINERD, "--config", str(base / "config.toml"), "--log-level", "info"],
         log=log,
         detached=detached,
     )
@@ -282,7 +292,7 @@ def _forget_cni_results(container_ids: list[str]) -> None:
             cached.unlink(missing_ok=True)
 
 
-def _shims_of(socket: Path) -> list[int]:
+def shims_of(socket: Path) -> list[int]:
     """Pids of containerd shims serving `socket` (`... -address <socket> ...`)."""
     pids = []
     for entry in Path("/proc").iterdir():
@@ -341,7 +351,7 @@ def stop_containerd(base_dir: Path, *, proc: processes.Proc | None = None) -> No
         leftovers = _bundles(base_dir)
         _runc_delete(base_dir, leftovers)
         container_ids += [cid for _, cid in leftovers]
-        for shim in _shims_of(socket):
+        for shim in shims_of(socket):
             processes.stop_pid(shim, binary=None, timeout=5)
         try:
             unmount_and_remove(base_dir)

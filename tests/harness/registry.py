@@ -47,11 +47,12 @@ class Registry:
     log_path: Path
     proc: processes.Proc | None = dataclasses.field(default=None, compare=False, repr=False)
     login: tuple[str, str] | None = dataclasses.field(default=None, repr=False)
+    address: str = LOCALHOST
 
     @property
     def host(self) -> str:
         """`127.0.0.1:PORT`: the registry part of image names and the hosts.toml key."""
-        return f"{LOCALHOST}:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -65,14 +66,16 @@ class Registry:
         stop_registry(self.base_dir, proc=self.proc)
 
 
-def _free_port() -> int:
+def _free_port(address: str = LOCALHOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
+        sock.bind((address, 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-def render_config(*, storage: Path, port: int, htpasswd: Path | None = None) -> str:
+def render_config(
+    *, storage: Path, port: int, htpasswd: Path | None = None, address: str = LOCALHOST
+) -> str:
     auth = (
         f"""auth:
   htpasswd:
@@ -99,7 +102,7 @@ storage:
     uploadpurging:
       enabled: false
 http:
-  addr: {LOCALHOST}:{port}
+  addr: {address}:{port}
 health:
   storagedriver:
     enabled: false
@@ -142,15 +145,19 @@ def start_registry(
     log_path: Path | None = None,
     detached: bool = False,
     login: tuple[str, str] | None = None,
+    address: str = LOCALHOST,
 ) -> Registry:
     """Start the registry on a free port; return once `GET /v2/` answers 200.
 
     The log goes to `log_path` (default `base_dir/registry.log`, removed by stop). A port taken
-    between picking and binding it is retried with another one.
+    between picking and binding it is retried with another one. `address` is where it
+    listens: 127.0.0.1, or the apiserver's 198.18.0.1 for nodes in network namespaces.
     """
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return _start_once(base_dir, log_path=log_path, detached=detached, login=login)
+            return _start_once(
+                base_dir, log_path=log_path, detached=detached, login=login, address=address
+            )
         except processes.StartupError:
             if attempt == START_ATTEMPTS:
                 raise
@@ -158,18 +165,25 @@ def start_registry(
 
 
 def _start_once(
-    base_dir: Path, *, log_path: Path | None, detached: bool, login: tuple[str, str] | None
+    base_dir: Path,
+    *,
+    log_path: Path | None,
+    detached: bool,
+    login: tuple[str, str] | None,
+    address: str,
 ) -> Registry:
     log = log_path or base_dir / "registry.log"
     base_dir.mkdir(parents=True, exist_ok=True)
     (base_dir / "storage").mkdir(exist_ok=True)
-    port = _free_port()
+    port = _free_port(address)
     config = base_dir / "config.yml"
     htpasswd = None
     if login is not None:
         htpasswd = base_dir / "htpasswd"
         write_htpasswd(htpasswd, login)
-    config.write_text(render_config(storage=base_dir / "storage", port=port, htpasswd=htpasswd))
+    config.write_text(
+        render_config(storage=base_dir / "storage", port=port, htpasswd=htpasswd, address=address)
+    )
     proc = processes.start(
         name="registry",
         argv=[REGISTRY, "serve", str(config)],
@@ -178,7 +192,13 @@ def _start_once(
     )
     (base_dir / "registry.pid").write_text(str(proc.pid))
     registry = Registry(
-        base_dir=base_dir, port=port, pid=proc.pid, log_path=log, proc=proc, login=login
+        base_dir=base_dir,
+        port=port,
+        pid=proc.pid,
+        log_path=log,
+        proc=proc,
+        login=login,
+        address=address,
     )
     try:
         processes.wait_for(

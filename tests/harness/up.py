@@ -1,4 +1,7 @@
-"""`make up` / `make down`: a local single-node cluster that outlives the command.
+"""`make up` / `make down`: a local cluster that outlives the command.
+
+With `NODES=N` (``up --nodes N``, N >= 2) the nodes live in namespaces of their own with flannel
+between them (`harness.up_multinode`); N = 1 (the default) is the single node below.
 
 ``up`` builds the binaries (cached), starts the control plane as detached processes with its
 files under ``<cache>/up/``, starts the container runtime (`harness.runtime_up`), and ends with
@@ -19,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import coredns, csi_hostpath, metrics_server, node_up, runtime_up
+from harness import coredns, csi_hostpath, metrics_server, node_up, runtime_up, up_multinode
 from harness.build import Binaries, ensure_built
 from harness.containerd import unmount_and_remove
 from harness.controlplane import (
@@ -90,7 +93,9 @@ def running_plane(state: dict[str, Any] | None) -> ControlPlane | None:
 
 def teardown(directory: Path, state: dict[str, Any] | None) -> None:
     """Stop what `state` records (runtime first, then the control plane) and remove `directory`."""
-    if state:
+    if state and state.get("nodes", 1) > 1:
+        up_multinode.stop(state)
+    elif state:
         node_up.stop(state.get("node"))
         runtime_up.stop(state.get("runtime"))
         stop_recorded(state.get("control_plane", {}))
@@ -98,12 +103,18 @@ def teardown(directory: Path, state: dict[str, Any] | None) -> None:
     unmount_and_remove(directory)
 
 
-def up() -> int:
+def up(nodes: int = 1) -> int:
     directory = state_dir()
     binaries: Binaries = ensure_built()
     with locked(directory):
         state = read_state(directory)
         plane = running_plane(state)
+        running_nodes = (state or {}).get("nodes", 1)
+        if plane is not None and state is not None and running_nodes != nodes:
+            say(f"a cluster with {running_nodes} node(s) is running: `make down` first")
+            return 1
+        if nodes > 1:
+            return _up_multinode(directory, state, plane, nodes=nodes, binaries=binaries)
         if plane is not None and state is not None:
             say(f"cluster already running: {plane.server} (logs in {plane.log_dir})")
             state["runtime"] = runtime_up.ensure(
@@ -173,6 +184,35 @@ def up() -> int:
     return 0
 
 
+def _up_multinode(
+    directory: Path,
+    state: dict[str, Any] | None,
+    plane: ControlPlane | None,
+    *,
+    nodes: int,
+    binaries: Binaries,
+) -> int:
+    if plane is not None and state is not None:
+        say(f"cluster already running: {plane.server} with {nodes} nodes")
+    else:
+        if state is not None or any(directory.iterdir()):
+            say("found a stopped or broken cluster from an earlier `up`; removing it")
+            teardown(directory, state)
+            directory.mkdir(parents=True)
+        plane, state = up_multinode.start(directory, count=nodes, binaries=binaries, say=say)
+        write_state(directory, state)
+    for line in up_multinode.describe(state):
+        say(line)
+    say(
+        "each node: its own network namespace (routed link to the host), mount namespace, "
+        "containerd and nodeagent; flannel (VXLAN) between them; `ip netns exec <netns> ...` "
+        "enters one; nodes.json in " + str(directory / "nodes")
+    )
+    print(f"export KUBECONFIG={plane.admin_kubeconfig}")
+    print(f"export PATH={plane.kubectl_path.parent}:$PATH")
+    return 0
+
+
 def down() -> int:
     directory = state_dir()
     if not directory.exists():
@@ -186,9 +226,13 @@ def down() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["up"]:
-        return up()
+    if argv[:1] == ["up"] and (len(argv) == 1 or (len(argv) == 3 and argv[1] == "--nodes")):
+        count = argv[2] if len(argv) == 3 else "1"
+        if not count.isdigit() or int(count) < 1:
+            print(f"--nodes wants a whole number >= 1, not {count!r}", file=sys.stderr)
+            return 2
+        return up(int(count))
     if argv == ["down"]:
         return down()
-    print("usage: python -m harness up | down", file=sys.stderr)
+    print("usage: python -m harness up [--nodes N] | down", file=sys.stderr)
     return 2
