@@ -156,6 +156,13 @@ def _fresh(binary: Path, wanted: str) -> bool:
     return binary.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted
 
 
+def _stamp(binary: Path, recipe: str) -> None:
+    """Write the binary's recipe stamp whole (a reader never sees half of one)."""
+    partial = binary.with_name(f".{binary.name}.recipe.partial")
+    partial.write_text(recipe + "\n")
+    partial.rename(binary.with_name(f"{binary.name}.recipe"))
+
+
 def _build_sidecar(sidecar: Sidecar, parallel: int | None) -> None:
     info = json.loads(hb.go("mod", "download", "-json", f"{sidecar.module}@{sidecar.version}"))
     upstream = Path(info["GoMod"]).read_text()
@@ -191,7 +198,17 @@ def ensure_csi(*, parallel: int | None = None, quiet: bool = False) -> dict[str,
         raise SystemExit("`go` is not on PATH: the build needs the Go toolchain (1.26 or newer)")
     versions = load_versions()
     go_version = hb.go("env", "GOVERSION").strip()
-    paths: dict[str, Path] = {}
+    standin = standin_dir() / "csi-hostpath"
+    wanted_all = {s.path: sidecar_recipe(s, go_version) for s in sidecars(versions)}
+    wanted_all[standin] = standin_recipe(go_version)
+    if all(_fresh(path, recipe) for path, recipe in wanted_all.items()):
+        # binaries and stamps are renamed into place: a fresh set needs no lock (another
+        # session's long build may hold it)
+        paths = {path.name: path for path in wanted_all}
+        if not quiet:
+            hb.say("CSI binaries up to date: " + ", ".join(paths))
+        return paths
+    paths = {}
     with hb.build_lock():
         for sidecar in sidecars(versions):
             if not sidecar.version:
@@ -201,16 +218,15 @@ def ensure_csi(*, parallel: int | None = None, quiet: bool = False) -> dict[str,
                 hb.say(f"building {sidecar.name} {sidecar.version} ({sidecar.package}) ...")
                 started = time.monotonic()
                 _build_sidecar(sidecar, parallel)
-                sidecar.path.with_name(f"{sidecar.name}.recipe").write_text(wanted + "\n")
+                _stamp(sidecar.path, wanted)
                 hb.say(f"built {sidecar.name} in {hb.duration(time.monotonic() - started)}")
             paths[sidecar.name] = sidecar.path
-        standin = standin_dir() / "csi-hostpath"
         wanted = standin_recipe(go_version)
         if not _fresh(standin, wanted):
             hb.say(f"building csi-hostpath {STANDIN_VERSION} (tests/harness/csi-hostpath) ...")
             started = time.monotonic()
             _build_standin(parallel)
-            standin.with_name("csi-hostpath.recipe").write_text(wanted + "\n")
+            _stamp(standin, wanted)
             hb.say(f"built csi-hostpath in {hb.duration(time.monotonic() - started)}")
         paths["csi-hostpath"] = standin
     if not quiet:
