@@ -158,6 +158,12 @@ EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
         "27",
     ),
     (
+        r"is not a shared mount",
+        "the node's root dir is not a shared mount (the kubelet makes it rshared at start), so "
+        "a CSI plugin's Bidirectional hostPath mounts of it are refused",
+        "27",
+    ),
+    (
         r'volume source "(persistentVolumeClaim|csi|ephemeral)" is not supported|'
         r"not found in the list of registered CSI drivers|driver name \S+ not found",
         "persistent volumes and CSI on the node",
