@@ -61,7 +61,7 @@ LABELS = {
     "app.kubernetes.io/name": NAME,
     "app.kubernetes.io/component": "plugin",
 }
-ROLLOUT_TIMEOUT = 180.0
+ROLLOUT_TIMEOUT = 100.0  # below kubectl's subprocess limit (harness.controlplane: 120 s)
 
 
 def image_names() -> dict[str, str]:
