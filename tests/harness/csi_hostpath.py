@@ -14,7 +14,9 @@ integration tests' (``csi_hostpath`` fixture in tests/integration/conftest.py).
   ServiceAccount with the sidecars' RBAC, the ``CSIDriver`` (attach required, pod info on
   mount, persistent and ephemeral volumes, fsGroupPolicy File), one StatefulSet pod with the
   plugin and its sidecars (the driver serves one node), and the default StorageClass
-  ``csi-hostpath-sc`` (WaitForFirstConsumer, expandable). Here they live in ``kube-system``.
+  ``csi-hostpath-sc`` (WaitForFirstConsumer, expandable). As upstream's, they live in
+  ``default``: not ``kube-system``, whose pods the e2e suite waits to see all Ready before any
+  spec runs (a node that cannot run the plugin would stop every conformance run).
 
 The node's paths come from its root dir (nodeagent's ``node.rootDir``, the kubelet's
 ``--root-dir``): the plugin's socket in ``<root>/plugins/csi-hostpath/``, the registration
@@ -42,7 +44,7 @@ from harness.images import oci
 from harness.registry import push_image
 
 DRIVER = "hostpath.csi.k8s.io"
-NAMESPACE = "kube-system"
+NAMESPACE = "default"
 NAME = "csi-hostpathplugin"
 ACCOUNT = "csi-hostpathplugin-sa"
 STORAGE_CLASS = "csi-hostpath-sc"
