@@ -169,6 +169,12 @@ EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
         "persistent volumes and CSI on the node",
         "27",
     ),
+    (
+        r"can't open '/rootfs/proc/1/ns/mnt': Permission denied",
+        "this host: PID 1's mount namespace cannot be entered, not even by root on the host (the "
+        "e2e hostexec pods' nsenter into it fails)",
+        "-",
+    ),
     (r"stat /bin/bash", "harness: the agnhost image had no /bin/bash (added after this run)", "16"),
     (r"RTNETLINK answers: Operation not supported", "this host's kernel (no dummy driver)", "-"),
     (
