@@ -170,7 +170,8 @@ EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
         "27",
     ),
     (
-        r"can't open '/rootfs/proc/1/ns/mnt': Permission denied",
+        r"can't open '/rootfs/proc/1/ns/mnt': Permission denied|"
+        r"(\[Driver: local\]|PersistentVolumes-local ).* command terminated with exit code 1$",
         "this host: PID 1's mount namespace cannot be entered, not even by root on the host (the "
         "e2e hostexec pods' nsenter into it fails)",
         "-",
