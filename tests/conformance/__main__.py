@@ -252,8 +252,10 @@ def selection_args(
     )
     pushed = storage.push_images(registry_host, module, work / "csi-images")
     say(f"{len(pushed)} CSI hostpath images pushed under the suite's names")
+    from conformance.peer import KUBELET_ROOT
+
     root = (
-        work / "kubelet-root"
+        KUBELET_ROOT
         if args.peer == "kubelet"
         else csi_hostpath.node_root_dir(Path(state["node"]["config"]))
     )
