@@ -22,7 +22,7 @@ help:
 	@echo "make packages  build the .deb and .rpm into dist/ and lint them (lintian, rpmlint)"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
-	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
+	@echo "make conformance [PEER=kubelet] [SELECTION=node|storage]  the e2e node/network and storage specs against make up's cluster"
 
 # --- setup --------------------------------------------------------------------------------------
 
@@ -68,6 +68,10 @@ binaries: venv
 .PHONY: peers
 peers: venv
 	PYTHONPATH=tests $(PY) -m harness build --peers
+
+.PHONY: csi
+csi: venv
+	PYTHONPATH=tests $(PY) -m harness csi-build
 
 .PHONY: images
 images: venv
@@ -126,6 +130,9 @@ docs: venv
 # The Kubernetes e2e node and network specs against `make up`'s cluster (docs/conformance.md).
 # PEER=kubelet runs them with the reference kubelet + kube-proxy as the node instead.
 PEER ?= nodeagent
+# SELECTION=node (node conformance + sig-network), storage (the CSI hostpath and in-tree
+# local/hostPath drivers' sig-storage specs) or all (both, one after the other).
+SELECTION ?= all
 
 .PHONY: e2e-suite
 e2e-suite: venv
@@ -133,7 +140,7 @@ e2e-suite: venv
 
 .PHONY: conformance
 conformance: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER)
+	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER) --selection $(SELECTION)
 
 # The specs that pass with nodeagent today (tests/conformance/ci-specs.txt); fails on any failure.
 .PHONY: conformance-ci

@@ -1,8 +1,10 @@
-"""``make conformance [PEER=kubelet]``: the Kubernetes e2e node and network specs against this
-machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
+"""``make conformance [PEER=kubelet] [SELECTION=node|storage]``: the Kubernetes e2e node and
+network specs, then the storage specs (`conformance.storage`), against this machine's ``make up``
+cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
 
     PYTHONPATH=tests .venv/bin/python -m conformance build
     PYTHONPATH=tests .venv/bin/python -m conformance run [--peer kubelet] [--procs 8] [--ci]
+                                                         [--selection node|storage|all]
                                                          [--focus REGEX] [--no-docs]
     PYTHONPATH=tests .venv/bin/python -m conformance report      # re-render docs/conformance.md
 
@@ -11,8 +13,9 @@ machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-pr
 (`conformance.images`), points the suite at them with ``KUBE_TEST_REPO_LIST``, runs ginkgo in
 parallel, keeps the suite's JUnit report in ``<cache>/conformance/<peer>/junit_01.xml`` (a full
 run) or in ``<cache>/conformance/<peer>-<focus|ci>/<UTC time>/`` (a focused or CI run: each has
-its own, none touches the full run's), saves a compact copy of the results as
-``docs/conformance/<peer>.json`` and re-renders ``docs/conformance.md`` from both peers' saved
+its own, none touches the full run's; the storage selection's directories are named
+``<peer>-storage``), saves a compact copy of the results as ``docs/conformance/<peer>.json``
+(``<peer>-storage.json``) and re-renders ``docs/conformance.md`` from both peers' saved
 runs (`conformance.report`). ``--ci`` runs only the specs listed in
 ``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today) and touches no docs;
 nor does ``--focus``.
@@ -31,12 +34,14 @@ import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
+from harness import csi_hostpath
 from harness import up as harness_up
 from harness.controlplane import attach
 from harness.versions import cache_dir, load_versions
 
-from conformance import images, report, suite
+from conformance import images, report, storage, suite
 
 REPO = Path(__file__).resolve().parents[2]
 CI_SPECS = Path(__file__).with_name("ci-specs.txt")
@@ -191,13 +196,15 @@ def suite_timeout(value: str, now: datetime.datetime) -> str:
     return f"{max(5, int((end - now).total_seconds() // 60) - 3)}m"
 
 
-def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
+def dry_run(
+    e2e_test: Path, *, focus: str, work: Path, env: dict[str, str], skip: str = SKIP
+) -> set[str]:
     """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
     argv = [
         str(e2e_test),
         "--ginkgo.dry-run",
         f"--ginkgo.focus={focus}",
-        f"--ginkgo.skip={SKIP}",
+        f"--ginkgo.skip={skip}",
         "--provider=skeleton",
         f"--report-dir={work}",
     ]
@@ -205,12 +212,61 @@ def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> s
     return {r.name for r in report.parse_junit(work / "junit_01.xml") if r.status == "passed"}
 
 
+SELECTIONS = ("node", "storage")
+
+
+def saved_run_path(docs: Path, peer: str, selection: str) -> Path:
+    """Where a full run of `selection` is saved (the node selection keeps its old name)."""
+    suffix = "" if selection == "node" else f"-{selection}"
+    return docs / "conformance" / f"{peer}{suffix}.json"
+
+
 def run(args: argparse.Namespace) -> int:
+    selections = SELECTIONS if args.selection == "all" else (args.selection,)
+    if args.ci and selections != ("node",):
+        selections = ("node",)  # the CI subset is the node selection's
+    worst = 0
+    for selection in selections:
+        worst = max(worst, run_selection(args, selection))
+    return worst
+
+
+def selection_args(
+    args: argparse.Namespace,
+    selection: str,
+    *,
+    built: suite.Suite,
+    module: Path,
+    registry_host: str,
+    state: dict[str, Any],
+    work: Path,
+    env: dict[str, str],
+) -> tuple[str, str, list[str]]:
+    """The focus, skip and extra e2e.test flags of a selection; the storage selection also
+    pushes the CSI hostpath driver's images under the suite's names."""
+    if selection != "storage":
+        return ci_focus() if args.ci else (args.focus or FOCUS), SKIP, []
+    focus = args.focus or storage.FOCUS
+    names = storage.selected_names(
+        built.e2e_test, focus=focus, skip=storage.BASE_SKIP, work=work / "pre-dry-run", env=env
+    )
+    pushed = storage.push_images(registry_host, module, work / "csi-images")
+    say(f"{len(pushed)} CSI hostpath images pushed under the suite's names")
+    from conformance.peer import KUBELET_ROOT
+
+    root = (
+        KUBELET_ROOT
+        if args.peer == "kubelet"
+        else csi_hostpath.node_root_dir(Path(state["node"]["config"]))
+    )
+    return focus, storage.skip_for(names), [f"--kubelet-root-dir={root}"]
+
+
+def run_selection(args: argparse.Namespace, selection: str) -> int:
     started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     at_commit = commit()  # the code the node runs: taken before the run, not after
     load_at_start = machine()
     built = suite.ensure_suite()
-    versions = load_versions()
     if harness_up.up() != 0:
         raise SystemExit("`make up` failed")
     directory = harness_up.state_dir()
@@ -219,19 +275,23 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
     plane = attach(state["control_plane"])
     registry_host = state["runtime"]["registry"]
-    pushed = images.push_all(
-        registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
-    )
+    module = suite.module_source(load_versions())
+    pushed = images.push_all(registry_host, agnhost=built.agnhost, nc=built.nc, module=module)
     say(f"{len(pushed)} e2e images pushed to {registry_host}")
     kind = "ci" if args.ci else "focus" if args.focus else "full"
-    work = run_dir(
-        cache_dir() / "conformance", args.peer, kind, datetime.datetime.now(datetime.UTC)
-    )
-    say(f"this run's reports: {work}")
+    peer_dir = args.peer if selection == "node" else f"{args.peer}-{selection}"
+    work = run_dir(cache_dir() / "conformance", peer_dir, kind, datetime.datetime.now(datetime.UTC))
+    say(f"this run's reports ({selection} selection): {work}")
     repo_list = work / "repo-list.yaml"
     repo_list.write_text(images.repo_list(registry_host))
+    env = dict(
+        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
+    )
 
-    focus = ci_focus() if args.ci else (args.focus or FOCUS)
+    focus, skip, extra = selection_args(
+        args, selection, built=built, module=module, registry_host=registry_host,
+        state=state, work=work, env=env,
+    )  # fmt: skip
     argv = [
         str(built.ginkgo),
         f"--procs={args.procs}",
@@ -240,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         "--silence-skips",
         f"--output-dir={work}",
         f"--focus={focus}",
-        f"--skip={SKIP}",
+        f"--skip={skip}",
         str(built.e2e_test),
         "--",
         f"--kubeconfig={plane.admin_kubeconfig}",
@@ -250,10 +310,8 @@ def run(args: argparse.Namespace) -> int:
         f"--e2e-output-dir={work}",
         f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
         "--minStartupPods=0",
+        *extra,
     ]
-    env = dict(
-        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
-    )
     node: AbstractContextManager[object] = nullcontext()
     if args.peer == "kubelet":
         from conformance.peer import kubelet_node
@@ -261,8 +319,8 @@ def run(args: argparse.Namespace) -> int:
         node = kubelet_node(plane, state, directory=directory, work=work)
     with node:
         say(
-            f"running the e2e suite with {args.peer} as the node ({args.procs} processes);"
-            f" log {work}/ginkgo.log"
+            f"running the e2e suite ({selection}) with {args.peer} as the node"
+            f" ({args.procs} processes); log {work}/ginkgo.log"
         )
         started = time.monotonic()
         with (work / "ginkgo.log").open("w") as log:
@@ -271,32 +329,31 @@ def run(args: argparse.Namespace) -> int:
     if args.peer == "kubelet":
         harness_up.write_state(directory, state)
     junit = work / "junit_01.xml"
-    selected = dry_run(built.e2e_test, focus=focus, work=work / "dry-run", env=env)
+    selected = dry_run(built.e2e_test, focus=focus, skip=skip, work=work / "dry-run", env=env)
     if not junit.is_file():
         print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
         raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
     results = report.parse_junit(junit, selected=selected)
     counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
-    say(
-        f"{len(results)} specs in {seconds / 60:.1f} min: {counts['passed']} passed, "
-        f"{counts['failed']} failed, {counts['skipped']} skipped (JUnit {junit})"
-    )
+    say(f"{len(results)} specs in {seconds / 60:.1f} min: {counts} (JUnit {junit})")
     if args.ci:
         return 0 if counts["failed"] == 0 and results else 1
     if args.focus or args.no_docs:
         return 0
-    record = report.Run(
-        peer=args.peer,
-        started=started_wall,
-        machine=load_at_start,
-        commit=at_commit,
-        seconds=round(seconds),
-        procs=args.procs,
-        results=tuple(results),
-        note=args.note,
-    )
     docs = REPO / "docs"
-    report.save_run(docs / "conformance" / f"{args.peer}.json", record)
+    report.save_run(
+        saved_run_path(docs, args.peer, selection),
+        report.Run(
+            peer=args.peer,
+            started=started_wall,
+            machine=load_at_start,
+            commit=at_commit,
+            seconds=round(seconds),
+            procs=args.procs,
+            results=tuple(results),
+            note=args.note,
+        ),
+    )
     report.main([str(docs)])
     say(f"wrote {docs / 'conformance.md'}")
     return 0
@@ -317,6 +374,13 @@ def main(argv: list[str]) -> int:
     )
     r.add_argument("--focus", default="", help="a narrower ginkgo focus (docs are not written)")
     r.add_argument("--ci", action="store_true", help="only the specs of ci-specs.txt")
+    r.add_argument(
+        "--selection",
+        choices=(*SELECTIONS, "all"),
+        default="all",
+        help="node: [NodeConformance] and sig-network; storage: the CSI hostpath and in-tree "
+        "local/hostPath drivers' [sig-storage] specs; all: both, one after the other",
+    )
     r.add_argument("--no-docs", action="store_true")
     r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
     r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")

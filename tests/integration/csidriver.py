@@ -35,7 +35,7 @@ def binaries() -> dict[str, Path]:
         base = Path(override)
         names = ("csi-hostpath", "csi-provisioner", "csi-resizer", "csi-attacher")
         return {n: base / n for n in names}
-    from harness import csi_build  # type: ignore[attr-defined]
+    from harness import csi_build
 
     found: dict[str, Path] = csi_build.ensure_csi(quiet=True)
     return found
