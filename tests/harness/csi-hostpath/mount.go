@@ -82,6 +82,30 @@ func bindMount(src, target string, readOnly bool) error {
 	return nil
 }
 
+// mountTmpfs mounts a tmpfs of `size` bytes, world-writable as the upstream driver's
+// directories are, on `dir` (created); a dir already mounted is left as it is.
+func mountTmpfs(dir string, size int64) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	mounted, err := isMountPoint(dir)
+	if err != nil || mounted {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0777", size)); err != nil {
+		return fmt.Errorf("mount a tmpfs of %d bytes at %s: %w", size, dir, err)
+	}
+	return nil
+}
+
+// resizeTmpfs gives the tmpfs mounted on `dir` the size `size` bytes.
+func resizeTmpfs(dir string, size int64) error {
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+		return fmt.Errorf("remount the tmpfs at %s with %d bytes: %w", dir, size, err)
+	}
+	return nil
+}
+
 // unmountAll unmounts `target` until it is no mount point (bind mounts can stack); a path
 // that does not exist is done.
 func unmountAll(target string) error {

@@ -111,7 +111,7 @@ func (p *plugin) ephemeralVolume(req *csi.NodePublishVolumeRequest) (*volume, er
 		capacity = q.Value()
 	}
 	v := &volume{ID: req.GetVolumeId(), Name: req.GetVolumeId(), Capacity: capacity, Ephemeral: true}
-	if err := p.fill(v.ID, nil); err != nil {
+	if err := p.fill(v, nil); err != nil {
 		return nil, err
 	}
 	p.st.Volumes[v.ID] = v
@@ -237,6 +237,13 @@ func (p *plugin) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRe
 	}
 	if want := req.GetCapacityRange().GetRequiredBytes(); want > v.Capacity {
 		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, %d asked: expand it on the controller first", v.ID, v.Capacity, want)
+	}
+	if v.FsType == fsTmpfs {
+		// the file system grows on the node, as a block volume's does: every bind mount of
+		// the tmpfs (staging path, targets) shows the new size
+		if err := resizeTmpfs(p.st.volumePath(v.ID), v.Capacity); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: v.Capacity}, nil
 }

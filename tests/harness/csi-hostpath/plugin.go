@@ -28,6 +28,10 @@ const (
 	topologyKey      = "topology.hostpath.csi/node" // as the upstream driver names it
 	ephemeralContext = "csi.storage.k8s.io/ephemeral"
 	defaultCapacity  = 1 << 30
+	// fsTmpfs: a volume whose mount capability asks this fs type (the StorageClass parameter
+	// csi.storage.k8s.io/fstype) is a tmpfs of its capacity, so a pod sees its size and an
+	// online expansion (NodeExpandVolume remounts it larger).
+	fsTmpfs = "tmpfs"
 )
 
 // plugin serves the CSI Identity, Controller and Node services over one socket, as the
@@ -251,8 +255,12 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 		}
 		return p.created(v, req), nil
 	}
-	v := &volume{ID: newID(), Name: req.GetName(), Capacity: capacity, Mutable: req.GetMutableParameters()}
-	if err := p.fill(v.ID, req.GetVolumeContentSource()); err != nil {
+	v := &volume{
+		ID: newID(), Name: req.GetName(), Capacity: capacity, Mutable: req.GetMutableParameters(),
+		FsType: requestedFsType(req.GetVolumeCapabilities()),
+	}
+	if err := p.fill(v, req.GetVolumeContentSource()); err != nil {
+		_ = unmountAll(p.st.volumePath(v.ID))
 		_ = os.RemoveAll(p.st.volumePath(v.ID))
 		return nil, err
 	}
@@ -263,9 +271,26 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	return p.created(v, req), nil
 }
 
-// fill makes the volume's directory: empty, or a copy of a snapshot or of another volume.
-func (p *plugin) fill(id string, source *csi.VolumeContentSource) error {
-	dir := p.st.volumePath(id)
+// requestedFsType is fsTmpfs when a mount capability asks for it; any other fs type is a
+// plain directory, as the upstream driver's mount volumes are.
+func requestedFsType(caps []*csi.VolumeCapability) string {
+	for _, c := range caps {
+		if c.GetMount().GetFsType() == fsTmpfs {
+			return fsTmpfs
+		}
+	}
+	return ""
+}
+
+// fill makes the volume's directory (a tmpfs of its capacity mounted on it for fsTmpfs):
+// empty, or a copy of a snapshot or of another volume.
+func (p *plugin) fill(v *volume, source *csi.VolumeContentSource) error {
+	dir := p.st.volumePath(v.ID)
+	if v.FsType == fsTmpfs {
+		if err := mountTmpfs(dir, v.Capacity); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+	}
 	switch {
 	case source.GetSnapshot() != nil:
 		sn, ok := p.st.Snapshots[source.GetSnapshot().GetSnapshotId()]
@@ -320,6 +345,9 @@ func (p *plugin) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"volume %s is still in use (attached to %q, staged at %q, published at %v)",
 			v.ID, v.AttachedTo, v.StagedAt, v.Published)
+	}
+	if err := unmountAll(p.st.volumePath(v.ID)); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := os.RemoveAll(p.st.volumePath(v.ID)); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

@@ -11,11 +11,13 @@ import (
 	"sync"
 )
 
-// volume is one provisioned (or inline ephemeral) volume: a directory under the data dir.
+// volume is one provisioned (or inline ephemeral) volume: a directory under the data dir; with
+// fsType tmpfs, a tmpfs of the volume's capacity mounted on that directory.
 type volume struct {
 	ID        string            `json:"id"`
 	Name      string            `json:"name"`
 	Capacity  int64             `json:"capacity"`
+	FsType    string            `json:"fsType,omitempty"`
 	Ephemeral bool              `json:"ephemeral,omitempty"`
 	Mutable   map[string]string `json:"mutable,omitempty"`
 	// Lifecycle, for --check-volume-lifecycle: the node it is attached to, its staging path
