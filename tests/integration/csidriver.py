@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import tempfile
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import processes
+from harness.containerd import unmount_and_remove
 from harness.controlplane import ControlPlane
 
 
@@ -118,10 +118,13 @@ def hostpath_driver(
     sidecars: tuple[str, ...] = ("csi-provisioner", "csi-resizer"),
     binding: str = "WaitForFirstConsumer",
     attach: bool = False,
+    parameters: dict[str, str] | None = None,
 ) -> Iterator[Driver]:
     """``sidecars``: the controller-side programs to run too (none for inline volumes);
     ``binding``: the StorageClass's ``volumeBindingMode``; ``attach``: the CSIDriver's
-    ``attachRequired`` (give ``csi-attacher`` among the sidecars then)."""
+    ``attachRequired`` (give ``csi-attacher`` among the sidecars then); ``parameters``: the
+    StorageClass's (``csi.storage.k8s.io/fstype: tmpfs`` makes each volume a tmpfs of its
+    size, mounted on its directory in the driver's data dir)."""
     bins = binaries()
     name = f"{namespace}.hostpath.csi.k8s.io"
     short = Path(tempfile.mkdtemp(prefix="na-csi-"))
@@ -147,6 +150,7 @@ def hostpath_driver(
         "provisioner": name,
         "allowVolumeExpansion": True,
         "volumeBindingMode": binding,
+        "parameters": parameters or {},
     }
     kubeconfig = str(control_plane.admin_kubeconfig)
     hostpath = str(bins["csi-hostpath"])
@@ -206,4 +210,4 @@ def hostpath_driver(
             control_plane.kubectl(
                 "delete", kind, obj_name, "--ignore-not-found", "--wait=false", check=False
             )
-        shutil.rmtree(short, ignore_errors=True)
+        unmount_and_remove(short)  # a tmpfs volume the provisioner did not delete

@@ -9,7 +9,8 @@ external-provisioner and external-resizer: ``csidriver.py``).
   writes; deleted and recreated, it reads what the first wrote; scaled to 0 and back to 1, too;
 - the claim expanded online: the resizer grows the volume, the agent runs NodeExpandVolume and
   marks the claim's status (the hostpath driver's volume is a directory: its size is the host
-  file system's, so the pod's ``df`` does not change); ``/stats/summary`` lists the volume
+  file system's, so the pod's ``df`` does not change; test_csi_expansion.py shows the pod
+  seeing the new size on a tmpfs volume); ``/stats/summary`` lists the volume
   (``NodeGetVolumeStats``) under the pod's volume name with its ``pvcRef``, and ``/metrics``
   has its ``kubelet_volume_stats_*`` series;
 - an inline CSI volume published with fsGroup applied (``fsGroupPolicy: File``); a generic
