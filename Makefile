@@ -77,8 +77,10 @@ csi: venv
 images: venv
 	PYTHONPATH=tests $(PY) -m harness.images build
 
+# csi: the CSI tests' driver and sidecars, built before the tests rather than inside the first
+# one's timeout (cached; a cold build is long: README's table)
 .PHONY: integration
-integration: venv binaries
+integration: venv binaries csi
 	$(PYTEST) tests/integration -q
 
 # Multi-node: a 3-node cluster of the tests' own (tests/multinode). `make test` runs the smoke
