@@ -7,7 +7,8 @@ What a user of ``make up``'s cluster does: a StatefulSet whose claim template na
 StorageClass. The default class's driver provisions the volume on this node, the attacher
 attaches it, the agent stages and publishes it into the pod (the plugin's own container
 mounts it, with ``Bidirectional`` propagation of the root dir); the pod writes, is deleted and
-recreated, and the new pod reads what the first wrote; the claim is expanded online. Once the
+recreated, and the new pod reads what the first wrote; scaled to 0 (the volume unstaged and
+detached) and back to 1, it reads it again; the claim is expanded online. Once the
 StatefulSet and its claims are deleted, nothing is left mounted below the root dir but the
 plugin's own container volumes, and the provisioner deletes the volume.
 """
@@ -147,6 +148,22 @@ async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_onl
                 within=30,
             )
 
+            control_plane.kubectl("scale", "statefulset", "web", "--replicas=0", *ns)
+            await until(
+                "web-0 gone, its volume unstaged and detached",
+                lambda: (
+                    not running_uid(control_plane, node.namespace, "web-0")
+                    and not app_mounts(root, plugin_uid)
+                    and not attachments(control_plane, pv)
+                ),
+                within=120,
+                every=1,
+                explain=lambda: (mounts_below(root), attachments(control_plane, pv)),
+            )
+            control_plane.kubectl("scale", "statefulset", "web", "--replicas=1", *ns)
+            third = await web_started(node, control_plane, csi_hostpath, deployed, 3)
+            assert log_lines(deployed.data_dir)[2] == f"{third} saw {first}"
+
             control_plane.kubectl(
                 "patch", "pvc", "data-web-0", *ns, "--type=merge",
                 "-p", '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}',
@@ -168,7 +185,7 @@ async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_onl
                     csi_hostpath.explain(deployed),
                 ),
             )
-            assert running_uid(control_plane, node.namespace, "web-0") == second
+            assert running_uid(control_plane, node.namespace, "web-0") == third
             assert "Traceback" not in node.log_text(), node.log_tail()
         finally:
             # the app and its claim go while the driver still runs: the agent unpublishes and
