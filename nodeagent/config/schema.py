@@ -125,6 +125,20 @@ class ProxyConfiguration(Section, frozen=True):
     masquerade_bit: Annotated[
         int, doc("Packet mark bit (0-31) that flags a connection for masquerade.")
     ] = 14
+    healthz_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's health server (`/healthz`, `/livez`; what load "
+            "balancers and liveness probes poll). Empty: not served."
+        ),
+    ] = "0.0.0.0:10256"
+    metrics_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's metrics server (`/metrics` with the `kubeproxy_*` "
+            "metrics, `/healthz`, `/proxyMode`). Empty: not served."
+        ),
+    ] = "127.0.0.1:10249"
     conntrack: ConntrackConfiguration = ConntrackConfiguration()
 
 

@@ -61,6 +61,8 @@ class Endpoint(NamedTuple):
     ready: bool = True
     serving: bool = True
     terminating: bool = False
+    zone_hints: frozenset[str] = frozenset()  # hints.forZones: zones that should use it
+    node_hints: frozenset[str] = frozenset()  # hints.forNodes: nodes that should use it
 
     def __str__(self) -> str:
         return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"

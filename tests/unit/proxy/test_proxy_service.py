@@ -28,6 +28,8 @@ def node_with(*ips: str) -> dict[str, Any]:
 
 class Wiring:
     def __init__(self, *, node_ips: tuple[str, ...] = (), **proxy: Any) -> None:
+        # no health or metrics server on this host's ports (tests/unit/proxy/test_proxy_health.py)
+        proxy = {"healthz_bind_address": "", "metrics_bind_address": ""} | proxy
         self.config = msgspec.structs.replace(Config(), proxy=ProxyConfiguration(**proxy))
         self.node: dict[str, Any] | None = None
         self.nodes = FakeStore()
