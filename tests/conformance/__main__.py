@@ -21,6 +21,7 @@ nor does ``--focus``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -29,11 +30,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from harness import up as harness_up
-from harness.controlplane import attach
+from harness.controlplane import ControlPlane, attach
 from harness.versions import cache_dir, load_versions
 
 from conformance import images, report, suite
@@ -44,6 +46,13 @@ CI_SPECS = Path(__file__).with_name("ci-specs.txt")
 # Networking / DNS specs; nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
+# On several nodes (NODES=3): the whole [Conformance] set (what a cluster must pass to be
+# certified, [Slow] ones included) plus the node and network specs above; nothing serial,
+# disruptive or flaky. Ginkgo's label filter keeps [Slow] and [Feature:...] specs out unless
+# they are [Conformance] (RE2 has no look-ahead to say so in --skip).
+MULTI_FOCUS = r"\[Conformance\]|" + FOCUS
+MULTI_SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]"
+MULTI_LABELS = "Conformance || (!Slow && !/Feature:.*/)"
 # Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of
 # the failing specs), not CPU: 12 processes keep the 2 cores busy without starving the node
 # (containerd, runc and the node agent share them); the issue's first run used 10. Each process
@@ -191,18 +200,57 @@ def suite_timeout(value: str, now: datetime.datetime) -> str:
     return f"{max(5, int((end - now).total_seconds() // 60) - 3)}m"
 
 
-def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
+def dry_run(
+    e2e_test: Path,
+    *,
+    focus: str,
+    work: Path,
+    env: dict[str, str],
+    skip: str = SKIP,
+    labels: str = "",
+) -> set[str]:
     """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
     argv = [
         str(e2e_test),
         "--ginkgo.dry-run",
         f"--ginkgo.focus={focus}",
-        f"--ginkgo.skip={SKIP}",
+        f"--ginkgo.skip={skip}",
+        *([f"--ginkgo.label-filter={labels}"] if labels else []),
         "--provider=skeleton",
         f"--report-dir={work}",
     ]
     subprocess.run(argv, env=env, capture_output=True, check=False, cwd=work.parent)
     return {r.name for r in report.parse_junit(work / "junit_01.xml") if r.status == "passed"}
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace, work: Path) -> Iterator[tuple[ControlPlane, str]]:
+    """(control plane, registry host) of the run's cluster, with the run's peer as its nodes:
+    `make up`'s single node, or a multi-node cluster of the run's own."""
+    if args.nodes > 1:
+        from conformance.multinode import run_cluster
+
+        with run_cluster(nodes=args.nodes, peer=args.peer, work=work) as c:
+            yield c.plane, c.registry_host
+        return
+    if harness_up.up() != 0:
+        raise SystemExit("`make up` failed")
+    directory = harness_up.state_dir()
+    state = harness_up.read_state(directory)
+    if not state or "registry" not in (state.get("runtime") or {}):
+        raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
+    plane = attach(state["control_plane"])
+    node: AbstractContextManager[object] = nullcontext()
+    if args.peer == "kubelet":
+        from conformance.peer import kubelet_node
+
+        node = kubelet_node(plane, state, directory=directory, work=work)
+    try:
+        with node:
+            yield plane, state["runtime"]["registry"]
+    finally:
+        if args.peer == "kubelet":
+            harness_up.write_state(directory, state)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,67 +259,55 @@ def run(args: argparse.Namespace) -> int:
     load_at_start = machine()
     built = suite.ensure_suite()
     versions = load_versions()
-    if harness_up.up() != 0:
-        raise SystemExit("`make up` failed")
-    directory = harness_up.state_dir()
-    state = harness_up.read_state(directory)
-    if not state or "registry" not in (state.get("runtime") or {}):
-        raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
-    plane = attach(state["control_plane"])
-    registry_host = state["runtime"]["registry"]
-    pushed = images.push_all(
-        registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
-    )
-    say(f"{len(pushed)} e2e images pushed to {registry_host}")
+    multi = args.nodes > 1
+    column = report.column(args.peer, args.nodes)
     kind = "ci" if args.ci else "focus" if args.focus else "full"
-    work = run_dir(
-        cache_dir() / "conformance", args.peer, kind, datetime.datetime.now(datetime.UTC)
-    )
+    work = run_dir(cache_dir() / "conformance", column, kind, datetime.datetime.now(datetime.UTC))
     say(f"this run's reports: {work}")
-    repo_list = work / "repo-list.yaml"
-    repo_list.write_text(images.repo_list(registry_host))
-
-    focus = ci_focus() if args.ci else (args.focus or FOCUS)
-    argv = [
-        str(built.ginkgo),
-        f"--procs={args.procs}",
-        f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
-        "--no-color",
-        "--silence-skips",
-        f"--output-dir={work}",
-        f"--focus={focus}",
-        f"--skip={SKIP}",
-        str(built.e2e_test),
-        "--",
-        f"--kubeconfig={plane.admin_kubeconfig}",
-        "--provider=skeleton",
-        "--disable-log-dump",
-        "--dump-logs-on-failure=false",
-        f"--e2e-output-dir={work}",
-        f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
-        "--minStartupPods=0",
-    ]
-    env = dict(
-        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
-    )
-    node: AbstractContextManager[object] = nullcontext()
-    if args.peer == "kubelet":
-        from conformance.peer import kubelet_node
-
-        node = kubelet_node(plane, state, directory=directory, work=work)
-    with node:
+    focus = ci_focus() if args.ci else (args.focus or (MULTI_FOCUS if multi else FOCUS))
+    skip, labels = (MULTI_SKIP, MULTI_LABELS) if multi else (SKIP, "")
+    with _cluster(args, work) as (plane, registry_host):
+        pushed = images.push_all(
+            registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
+        )
+        say(f"{len(pushed)} e2e images pushed to {registry_host}")
+        repo_list = work / "repo-list.yaml"
+        repo_list.write_text(images.repo_list(registry_host))
+        argv = [
+            str(built.ginkgo),
+            f"--procs={args.procs}",
+            f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
+            "--no-color",
+            "--silence-skips",
+            f"--output-dir={work}",
+            f"--focus={focus}",
+            f"--skip={skip}",
+            *([f"--label-filter={labels}"] if labels else []),
+            str(built.e2e_test),
+            "--",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--provider=skeleton",
+            "--disable-log-dump",
+            "--dump-logs-on-failure=false",
+            f"--e2e-output-dir={work}",
+            f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
+            "--minStartupPods=0",
+        ]
+        env = dict(
+            os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
+        )
         say(
-            f"running the e2e suite with {args.peer} as the node ({args.procs} processes);"
-            f" log {work}/ginkgo.log"
+            f"running the e2e suite with {args.peer} on {args.nodes} node(s) ({args.procs}"
+            f" processes); log {work}/ginkgo.log"
         )
         started = time.monotonic()
         with (work / "ginkgo.log").open("w") as log:
             done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
         seconds = time.monotonic() - started
-    if args.peer == "kubelet":
-        harness_up.write_state(directory, state)
     junit = work / "junit_01.xml"
-    selected = dry_run(built.e2e_test, focus=focus, work=work / "dry-run", env=env)
+    selected = dry_run(
+        built.e2e_test, focus=focus, work=work / "dry-run", env=env, skip=skip, labels=labels
+    )
     if not junit.is_file():
         print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
         raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
@@ -294,9 +330,10 @@ def run(args: argparse.Namespace) -> int:
         procs=args.procs,
         results=tuple(results),
         note=args.note,
+        nodes=args.nodes,
     )
     docs = REPO / "docs"
-    report.save_run(docs / "conformance" / f"{args.peer}.json", record)
+    report.save_run(docs / "conformance" / f"{column}.json", record)
     report.main([str(docs)])
     say(f"wrote {docs / 'conformance.md'}")
     return 0
@@ -320,6 +357,9 @@ def main(argv: list[str]) -> int:
     r.add_argument("--no-docs", action="store_true")
     r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
     r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")
+    r.add_argument(
+        "--nodes", type=int, default=1, help="N > 1: a cluster of N nodes of the run's own"
+    )
     args = parser.parse_args(argv)
     if args.command == "build":
         suite.ensure_suite()
