@@ -97,6 +97,15 @@ class ProxyConfiguration(Section, frozen=True):
             "a ClusterIP is masqueraded. Empty: only `masqueradeAll` masquerades."
         ),
     ] = field(name="clusterCIDR", default="")
+    detect_local_mode: Annotated[
+        str,
+        doc(
+            "How traffic from this cluster's pods is told apart (kube-proxy's "
+            "`detectLocalMode`): `ClusterCIDR` (from `clusterCIDR`) or `NodeCIDR` (from the "
+            "Node's `spec.podCIDRs`, waited for at start). Traffic from elsewhere to a "
+            "ClusterIP is masqueraded."
+        ),
+    ] = "ClusterCIDR"
     service_cidr: Annotated[
         str,
         doc(

@@ -63,6 +63,9 @@ def _node(n: NodeConfiguration, out: Findings) -> None:
         out.add("node.nodeLabels", syntax.node_labels_message(unknown), unknown)
 
 
+DETECT_LOCAL_MODES = ("ClusterCIDR", "NodeCIDR")
+
+
 def _bind_address(value: str) -> str | None:
     """Why ``value`` is not ``ip:port`` (kube-proxy's bind addresses), or None."""
     host, sep, port = value.rpartition(":")
@@ -100,6 +103,13 @@ def _proxy(p: ProxyConfiguration, out: Findings) -> None:
             f"proxy.syncPeriod ({p.sync_period})",
         )
     out.in_range("proxy.masqueradeBit", p.masquerade_bit, 0, 31)
+    if p.detect_local_mode not in DETECT_LOCAL_MODES:
+        out.add(
+            "proxy.detectLocalMode",
+            f"{show(p.detect_local_mode)} is not one of {', '.join(DETECT_LOCAL_MODES)}"
+            " (BridgeInterface and InterfaceNamePrefix are not supported)",
+            p.detect_local_mode,
+        )
     for key, address in (
         ("healthzBindAddress", p.healthz_bind_address),
         ("metricsBindAddress", p.metrics_bind_address),

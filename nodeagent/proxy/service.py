@@ -55,6 +55,11 @@ def node_zone(node: Mapping[str, Any] | None) -> str:
     return str(labels.get(ZONE_LABEL) or "")
 
 
+def pod_cidrs(node: Mapping[str, Any] | None) -> tuple[str, ...]:
+    spec = (node or {}).get("spec") or {}
+    return tuple(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
+
+
 def internal_ips(node: Mapping[str, Any] | None) -> tuple[str, ...]:
     addresses = ((node or {}).get("status") or {}).get("addresses") or []
     return tuple(a["address"] for a in addresses if a.get("type") == "InternalIP")
@@ -103,8 +108,18 @@ class ServiceProxy:
         await self._node_changed(lambda _cache: bool(internal_ips(self._get_node())))
         return internal_ips(self._get_node())
 
+    async def _pod_cidrs(self) -> tuple[str, ...]:
+        """The Node's ``spec.podCIDRs`` (``NodeCIDR`` mode waits for them, as kube-proxy)."""
+        if self._config.proxy.detect_local_mode != "NodeCIDR":
+            return ()
+        if not pod_cidrs(self._get_node()):
+            self._log.info("Waiting for the node's podCIDRs (proxy.detectLocalMode NodeCIDR)")
+            await self._node_changed(lambda _cache: bool(pod_cidrs(self._get_node())))
+        return pod_cidrs(self._get_node())
+
     async def run(self) -> None:
         node_ips = await self._addresses()
+        cidrs = await self._pod_cidrs()
         local = await asyncio.to_thread(lambda: tuple(self._local_ips()))
         p = self._config.proxy
         settings = settings_from_config(
@@ -113,12 +128,15 @@ class ServiceProxy:
             node_ips=node_ips,
             local_ips=local,
             service_cidrs=tuple(c.strip() for c in p.service_cidr.split(",") if c.strip()),
+            pod_cidrs=cidrs,
         )
         self._log.info(
             "Service proxy starting",
             node_ips=",".join(node_ips),
             nodeport_ips=",".join(settings.nodeport_ips),
             families=",".join(settings.families),
+            local_cidrs=",".join(settings.cluster_cidrs),
+            detect_local_mode=p.detect_local_mode,
         )
         # kube-proxy's health timeout: twice the sync period
         health = ProxyHealth(now=self._clock.now, health_timeout=2 * settings.sync_period)

@@ -107,3 +107,19 @@ async def test_an_explicit_node_ip_is_used_without_waiting_for_the_node() -> Non
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_node_cidr_mode_waits_for_the_nodes_pod_cidrs_and_takes_them_as_local() -> None:
+    w = Wiring(cluster_cidr="10.244.0.0/16", detect_local_mode="NodeCIDR")
+    task = asyncio.create_task(w.proxy.run())
+    try:
+        w.set_node(node_with("198.51.100.7"))
+        await asyncio.sleep(0.05)
+        assert w.nft == {}  # an address, but no podCIDRs yet
+        w.set_node(node_with("198.51.100.7") | {"spec": {"podCIDRs": ["10.244.3.0/24"]}})
+        await asyncio.wait_for(w.programmed(), 5)
+        assert w.proxy.manager is not None
+        assert w.proxy.manager.table("ip").layout.cluster_cidrs == ("10.244.3.0/24",)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
