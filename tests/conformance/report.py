@@ -149,6 +149,14 @@ def load_run(path: Path) -> Run | None:
 EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
     (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
     (
+        r"AdmissionWebhook|CustomResourceConversionWebhook|Aggregator|webhook configuration"
+        r"|extension apiserver|checking pod responses",
+        "harness (3 nodes): the control plane runs on the host, outside the nodes' pod network"
+        " (no route to pod IPs or ClusterIPs), so the apiserver cannot call webhooks or"
+        " aggregated APIs, nor proxy to pods",
+        "-",
+    ),
+    (
         r"ErrImagePull|ImagePullBackOff|image not available|alpine-nnp",
         "image not available here",
         "16",
