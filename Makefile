@@ -19,7 +19,7 @@ help:
 	@echo "make up NODES=3  the same control plane with 3 nodeagent nodes (namespaces, flannel)"
 	@echo "make down      stop and clean everything 'make up' started"
 	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
-	@echo "make packages  build the .deb and .rpm into dist/"
+	@echo "make packages  build the .deb and .rpm into dist/ and lint them (lintian, rpmlint)"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
 	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
@@ -53,8 +53,8 @@ $(VENV_STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml | $(
 
 .PHONY: lint
 lint: venv
-	$(VENV)/bin/ruff check nodeagent tests bench cri_protos
-	$(VENV)/bin/ruff format --check nodeagent tests bench
+	$(VENV)/bin/ruff check nodeagent tests bench cri_protos packaging
+	$(VENV)/bin/ruff format --check nodeagent tests bench packaging
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -112,9 +112,12 @@ test: host-deps venv lint unit integration multinode-smoke vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 
+# Builds both packages, then lints them (lintian, rpmlint): fails on an error or on a warning
+# not justified in packaging/lintian-overrides or packaging/rpmlint.toml.
 .PHONY: packages
-packages: venv
+packages: host-deps venv
 	packaging/build.sh
+	packaging/lint.sh
 
 .PHONY: docs
 docs: venv
@@ -148,6 +151,10 @@ gen: venv
 	cri_protos/generate.sh
 
 # --- local cluster ------------------------------------------------------------------------------
+
+.PHONY: join-command
+join-command: venv
+	PYTHONPATH=tests $(PY) -m harness join-command
 
 NODES ?= 1
 

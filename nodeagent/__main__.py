@@ -17,6 +17,7 @@ from nodeagent.cm import cli as swap_cli
 from nodeagent.cm.host import fail_swap_on_refusal
 from nodeagent.config import cli as config_cli
 from nodeagent.errors import ConfigError
+from nodeagent.join import cli as join_cli
 from nodeagent.nodeshutdown import cli as shutdown_cli
 from nodeagent.nodestatus import cli as status_cli
 from nodeagent.proxy import cli as proxy_cli
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     config_cli.register(sub)
+    join_cli.register(sub)
     status_cli.register(sub)
     proxy_cli.register(sub)
     shutdown_cli.register(sub)

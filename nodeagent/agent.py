@@ -43,6 +43,7 @@ from nodeagent.nodeshutdown.policy import shutdown_groups
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.nodestatus.facts import HostFacts
 from nodeagent.nodestatus.manager import NodeStatusManager
+from nodeagent.nodestatus.metrics import describe_node
 from nodeagent.nodestatus.report import STATE_FILE, NodeReport
 from nodeagent.nodestatus.setters import Contention, Pressure, RuntimeStatus
 from nodeagent.nodestatus.settings import NodeSettings, settings_from_config
@@ -190,6 +191,7 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
     """Wire the managers for ``config``. The only place that knows every manager."""
     notifier = Notifier.from_environ(environ)
     node = settings_from_config(config, hostname=hostinfo.hostname())
+    describe_node(node.node_name, cgroup_version=2 if _cgroup_v2() else 1)
     managers: list[Manager] = []
     if api_server_mode(node):
         managers += _node_managers(node, config=config)
@@ -282,13 +284,9 @@ def node_stats(
     config: Config, *, pods: PodManagers, clock: Clock, node_name: str
 ) -> tuple[StatsProvider, CgroupStats]:
     """The Summary provider and, on a cgroup v2 host, the cgroup sampler behind it."""
-    try:
-        v2 = cgroups.host_cgroup_fs() == "cgroup2"
-    except OSError:
-        v2 = False
     sampler = CgroupStats(
         clock=clock,
-        enabled=v2,
+        enabled=_cgroup_v2(),
         interval=config.kubelet.housekeeping_interval.seconds,
         limits_generation=pods.limits_generation,
     )
@@ -302,6 +300,13 @@ def node_stats(
         pod_logs_dir=config.kubelet.pod_logs_dir,
     )
     return stats, sampler
+
+
+def _cgroup_v2() -> bool:
+    try:
+        return cgroups.host_cgroup_fs() == "cgroup2"
+    except OSError:
+        return False
 
 
 def eviction_manager(
@@ -473,7 +478,7 @@ def api_server_mode(node: NodeSettings) -> bool:
 
 
 def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
-    """The node in the cluster (issue 4), its pods (issue 5) and the service proxy (issue 6).
+    """The node in the cluster (registration, Lease, status), its pods and the service proxy.
     Stopped in reverse order: the proxy and the pods first (the proxy's rules stay in the
     kernel), the API client last; the Lease keeps renewing until everything after it has
     stopped."""

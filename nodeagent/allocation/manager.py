@@ -18,9 +18,7 @@ in memory, as the kubelet's status manager keeps them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Final
 
 from nodeagent.allocation import policy
 from nodeagent.allocation.policy import Allocation, Resources
+from nodeagent.atomicfile import write_atomic
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.log import Logger, get_logger
@@ -43,6 +42,7 @@ class _PodState:
     allocation: Allocation
     actuated: Allocation = field(default_factory=dict)
     generation: int = 0
+    saved: bool = True
 
 
 @dataclass(slots=True)
@@ -121,8 +121,10 @@ class AllocationManager:
                 for uid, s in self._pods.items()
             }
             text = json.dumps({"pods": body}, sort_keys=True)
+            for state in self._pods.values():
+                state.saved = True
             try:
-                await asyncio.to_thread(_write_atomic, self._path, text)
+                await asyncio.to_thread(write_atomic, self._path, text.encode(), mode=0o600)
             except OSError as e:
                 self._log.error(
                     "Cannot write the allocation checkpoint", path=str(self._path), error=str(e)
@@ -165,6 +167,18 @@ class AllocationManager:
 
     # --- deciding ---------------------------------------------------------------------
 
+    def admitted(self, pod: Pod) -> None:
+        """``pod`` was just admitted with the resources its spec has: they are its allocation
+        from now on (the kubelet's ``AddPod`` checkpoints them then), so a resize that
+        arrives before its first sync goes through resize admission. The pod's first sync
+        writes the checkpoint. A pod the checkpoint already has keeps that allocation."""
+        if pod.uid not in self._pods:
+            self._pods[pod.uid] = _PodState(
+                allocation=policy.allocation_of(pod),
+                generation=pod.metadata.generation,
+                saved=False,
+            )
+
     async def allocate(self, pod: Pod) -> Pod:
         """The kubelet's ``handlePodResourcesResize``; returns the pod as allocated."""
         await self.load()
@@ -175,6 +189,8 @@ class AllocationManager:
             )
             await self._save()
             return pod
+        if not state.saved:
+            await self._save()
         allocated, requested = policy.allocated_pod(pod, state.allocation)
         conditions = self._conditions.setdefault(pod.uid, _Conditions())
         if not requested:
@@ -312,12 +328,3 @@ class AllocationManager:
             self._conditions.pop(uid, None)
         if gone:
             await self._save()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o600)

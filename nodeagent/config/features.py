@@ -29,6 +29,7 @@ DEFAULTS: Final[Mapping[str, bool]] = MappingProxyType(
         "QOSReserved": False,  # alpha: qosReserved memory limits on the QoS cgroups
         "RotateKubeletServerCertificate": True,
         "SystemdWatchdog": True,
+        "TaintTolerationComparisonOperators": False,  # alpha: Lt/Gt tolerations at admission
     }
 )
 

@@ -6,7 +6,7 @@ Every section is a frozen ``msgspec.Struct`` that rejects unknown fields. Lists 
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from msgspec import field
 
@@ -18,7 +18,8 @@ KIND: Final = "NodeAgentConfiguration"
 
 
 class NodeConfiguration(Section, frozen=True):
-    """The kubelet's flag-only settings, which have no KubeletConfiguration field."""
+    """The kubelet's flag-only settings, which have no KubeletConfiguration field, and
+    nodeagent's own settings of the node (`streamingAuthorization`)."""
 
     kubeconfig: Annotated[
         str, doc("Kubeconfig with the node's API server credentials (`--kubeconfig`).")
@@ -27,7 +28,9 @@ class NodeConfiguration(Section, frozen=True):
         str,
         doc(
             "Kubeconfig with a bootstrap token, used to obtain a client certificate when "
-            "`kubeconfig` does not exist yet; empty disables TLS bootstrap."
+            "`kubeconfig` does not exist yet; empty disables TLS bootstrap. `nodeagent join` "
+            "writes it here (or as `bootstrap-kubeconfig` beside `kubeconfig` when empty) and "
+            "passes it as `--bootstrap-kubeconfig` in `<rootDir>/join-flags.env`."
         ),
     ] = ""
     hostname_override: Annotated[
@@ -66,6 +69,17 @@ class NodeConfiguration(Section, frozen=True):
             "(`--image-credential-provider-bin-dir`); each provider's `name` is its file here."
         ),
     ] = ""
+    streaming_authorization: Annotated[
+        Literal["Create", "HTTPMethod"],
+        doc(
+            "Verb the kubelet API authorizes `/exec`, `/attach`, `/run` and `/portForward` "
+            "with (on `nodes/proxy`). `Create`: always `create`, whatever the transport, so a "
+            "token with only `get nodes/proxy` (common in monitoring charts) cannot run "
+            "commands in containers. `HTTPMethod`: the verb follows the HTTP method, as on the "
+            "kubelet, where a WebSocket upgrade (a GET) needs only `get`. nodeagent's own; "
+            "not a kubelet setting."
+        ),
+    ] = "Create"
 
 
 class ConntrackConfiguration(Section, frozen=True):

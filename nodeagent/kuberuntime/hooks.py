@@ -28,6 +28,7 @@ from typing import Final
 
 from nodeagent.gotext import join_list, quote
 from nodeagent.kuberuntime.errors import CriError
+from nodeagent.kuberuntime.metrics import LIFECYCLE_HTTP_FALLBACKS
 from nodeagent.kuberuntime.service import RuntimeService
 from nodeagent.podspec import Container, HTTPGetAction, LifecycleHandler, Pod, format_pod
 
@@ -282,6 +283,7 @@ class HookRunner:
                 await self._http(as_plain_http(target))
             except (OSError, TimeoutError, HookError, ValueError):
                 return http_failure_message(pod, container, action.path, go_dial_error(target, e))
+            LIFECYCLE_HTTP_FALLBACKS.inc()
             if on_fallback is not None:
                 on_fallback(http_fallback_message(target))
         except (OSError, TimeoutError, HookError, ValueError) as e:

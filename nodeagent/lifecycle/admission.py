@@ -2,8 +2,10 @@
 
 ``admit_pod`` follows the kubelet's predicate admit handler: the pod's ``spec.os`` must be
 linux, then the scheduler's resource fit on allocatable minus what the admitted pods request
-(pods count first, then cpu, memory, ephemeral-storage). A refusal carries the kubelet's reason
-(``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``, ``OutOfephemeral-storage``) and message
+(``lifecycle.resources``; pods count first, then cpu, memory, ephemeral-storage, the scalar
+resources), then the other general predicates (``lifecycle.predicates``). A refusal carries the
+kubelet's reason (``OutOfpods``, ``OutOfcpu``, ``OutOfmemory``, ``OutOfephemeral-storage``,
+``NodePorts``, ...) and message
 (``Node didn't have enough resource: cpu, requested: 500, used: 1800, capacity: 2000``).
 Features nodeagent does not implement are refused with a reason of their own. A quantity that
 cannot be computed with (decoding refuses those, so only a pod built another way) is the
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from nodeagent.podspec import Container, Pod
-from nodeagent.quantity import milli_value, value
+from nodeagent.lifecycle import predicates, resources
+from nodeagent.podspec import Pod
+from nodeagent.quantity import value
 from nodeagent.sysctl import FORBIDDEN_REASON, Allowlist
 
 CHECKED: Final = ("cpu", "memory", "ephemeral-storage")
@@ -35,45 +38,11 @@ class AdmitResult:
 ADMITTED: Final = AdmitResult(admit=True)
 
 
-def _amount(resource: str, raw: str | int | float) -> int:
-    return milli_value(raw) if resource == "cpu" else value(raw)
-
-
-def _container_requests(container: Container) -> dict[str, int]:
-    return {
-        name: _amount(name, raw)
-        for name, raw in container.resources.requests.items()
-        if name in CHECKED
-    }
-
-
 def pod_requests(pod: Pod) -> dict[str, int]:
-    """cpu (millicores), memory and ephemeral-storage (bytes) the scheduler counts for ``pod``:
-    the sum over containers and sidecars (which keep running), at least what each init
-    container needs beside the sidecars started before it, plus the overhead."""
-    total: dict[str, int] = dict.fromkeys(CHECKED, 0)
-    for container in pod.spec.containers:
-        for name, amount in _container_requests(container).items():
-            total[name] += amount
-    sidecars: dict[str, int] = dict.fromkeys(CHECKED, 0)
-    peak: dict[str, int] = dict.fromkeys(CHECKED, 0)
-    for container in pod.spec.init_containers:
-        requests = _container_requests(container)
-        if container.restart_policy == "Always":
-            for name, amount in requests.items():
-                total[name] += amount
-                sidecars[name] += amount
-            needed = dict(sidecars)
-        else:
-            needed = {name: sidecars[name] + requests.get(name, 0) for name in CHECKED}
-        for name in CHECKED:
-            peak[name] = max(peak[name], needed[name])
-    for name in CHECKED:
-        total[name] = max(total[name], peak[name])
-    for name, raw in pod.spec.overhead.items():
-        if name in total:
-            total[name] += _amount(name, raw)
-    return total
+    """cpu (millicores), memory and ephemeral-storage (bytes) the scheduler counts for ``pod``
+    (``resources.pod_requests``: sidecars summed, init containers maxed, overhead added)."""
+    total = resources.pod_requests(pod)
+    return {name: total.get(name, 0) for name in CHECKED}
 
 
 def _unsupported_pod_fields(pod: Pod) -> AdmitResult | None:
@@ -161,11 +130,25 @@ UNEXPECTED_ADMISSION_ERROR: Final = "UnexpectedAdmissionError"
 
 
 def admit_pod(
-    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+    pod: Pod,
+    *,
+    allocatable: Mapping[str, str | int],
+    admitted: Sequence[Pod],
+    node: Mapping[str, Any] | None = None,
+    comparison_operators: bool = False,
 ) -> AdmitResult:
-    """Whether ``pod`` may run next to the ``admitted`` (non-terminal) pods."""
+    """Whether ``pod`` may run next to the ``admitted`` pods (the kubelet's active pods, with
+    their allocated resources). With the ``node`` object, the general predicates too
+    (``lifecycle.predicates``); ``comparison_operators``: the
+    ``TaintTolerationComparisonOperators`` gate."""
     try:
-        return _admit(pod, allocatable=allocatable, admitted=admitted)
+        return _admit(
+            pod,
+            allocatable=allocatable,
+            admitted=admitted,
+            node=node,
+            comparison_operators=comparison_operators,
+        )
     except (ValueError, ArithmeticError) as e:
         return AdmitResult(
             False,
@@ -174,27 +157,60 @@ def admit_pod(
         )
 
 
+def _refused(refusal: predicates.Refusal) -> AdmitResult:
+    return AdmitResult(False, refusal.reason, refusal.message)
+
+
 def _admit(
-    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+    pod: Pod,
+    *,
+    allocatable: Mapping[str, str | int],
+    admitted: Sequence[Pod],
+    node: Mapping[str, Any] | None,
+    comparison_operators: bool,
 ) -> AdmitResult:
+    if node is not None and (label := predicates.os_label(pod)) is not None:
+        return _refused(label)
     refused = unsupported(pod)
     if refused is not None:
         return refused
+    if node is not None and (groups := predicates.supplemental_groups(pod, node)) is not None:
+        return _refused(groups)
+    short = _resource_fit(pod, allocatable=allocatable, admitted=admitted)
+    if short is not None:
+        return short
+    if node is not None:
+        for failure in predicates.general_predicates(
+            pod, node, admitted, comparison_operators=comparison_operators
+        ):
+            return _refused(failure)
+    return ADMITTED
+
+
+def _resource_fit(
+    pod: Pod, *, allocatable: Mapping[str, str | int], admitted: Sequence[Pod]
+) -> AdmitResult | None:
+    """``noderesources.Fits``: pods first, then cpu, memory, ephemeral-storage and the scalar
+    resources (sorted); the first short one is the refusal."""
     capacity_pods = int(value(allocatable.get("pods", 0)))
     if len(admitted) + 1 > capacity_pods:
         return _out_of("pods", 1, len(admitted), capacity_pods)
-    wanted = pod_requests(pod)
+    # extended resources the node lacks are the cluster's (removeMissingExtendedResources)
+    wanted = {
+        name: amount
+        for name, amount in resources.pod_requests(pod).items()
+        if not resources.is_extended(name) or name in allocatable
+    }
     if not any(wanted.values()):
-        return ADMITTED
-    used: dict[str, int] = dict.fromkeys(CHECKED, 0)
-    for other in admitted:
-        for name, amount in pod_requests(other).items():
-            used[name] += amount
-    for name in CHECKED:
-        capacity = _amount(name, allocatable.get(name, 0))
-        if wanted[name] > 0 and wanted[name] > capacity - used[name]:
-            return _out_of(name, wanted[name], used[name], capacity)
-    return ADMITTED
+        return None
+    used = resources.used(admitted)
+    scalar = sorted(name for name in wanted if name not in resources.NAMED)
+    for name in (*resources.NAMED, *scalar):
+        want = wanted.get(name, 0)
+        capacity = resources.amount(name, allocatable.get(name, 0))
+        if want > 0 and want > capacity - used.get(name, 0):
+            return _out_of(name, want, used.get(name, 0), capacity)
+    return None
 
 
 def _out_of(resource: str, requested: int, used: int, capacity: int) -> AdmitResult:

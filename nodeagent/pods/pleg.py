@@ -35,6 +35,7 @@ from nodeagent.kuberuntime.runtime_state import (
     Listing,
 )
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
 
 RELIST_PERIOD: Final = 1.0
 RELIST_THRESHOLD: Final = 180.0
@@ -187,7 +188,10 @@ class GenericPleg:
             await asyncio.sleep(self._period)
 
     async def relist(self) -> None:
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self._relist_started is not None:
+            metrics.PLEG_RELIST_INTERVAL.observe(started - self._relist_started)
         try:
             sandboxes = await self._runtime.list_pod_sandbox()
             containers = await self._runtime.list_containers()
@@ -196,7 +200,10 @@ class GenericPleg:
                 self._log.error("PLEG: Ignoring events because relist failed", error=str(e))
                 self._failing = True
             return
+        finally:
+            metrics.PLEG_RELIST_DURATION.observe(loop.time() - started)
         self._failing = False
+        metrics.running(sandboxes, containers)
         current = group(sandboxes, containers)
         for uid in current.keys() | self._pods.keys():
             old = self._pods.get(uid)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -39,8 +40,10 @@ from nodeagent.clock import Clock
 from nodeagent.events import DiscardEvents, ObjectEventSink, ObjectReference, pod_reference
 from nodeagent.gotext import rfc3339
 from nodeagent.kuberuntime import runtime_errors
-from nodeagent.lifecycle.admission import AdmitResult, admit_pod, admit_sysctls
+from nodeagent.lifecycle.admission import ADMITTED, AdmitResult, admit_pod, admit_sysctls
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
+from nodeagent.pods.activepods import is_inactive
 from nodeagent.pods.pleg import GenericPleg, PodLifecycleEvent
 from nodeagent.pods.sync import PodSync
 from nodeagent.pods.workers import TERMINAL_PHASES, PodWorkers
@@ -157,14 +160,27 @@ class SyncLoop:
         shutting_down: Callable[[], bool] = lambda: False,
         allocated: Callable[[list[Pod]], list[Pod]] = list,
         sysctls: Allowlist = ALL_SAFE_SYSCTLS,
+        node: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        comparison_operators: bool = False,
+        on_admitted: Callable[[Pod], None] = lambda _pod: None,
+        load_allocations: Callable[[], Awaitable[None]] | None = None,
         log: Logger | None = None,
     ) -> None:
         """``shutting_down``: the node shutdown manager's ``shutdown_in_progress``; while it
         holds, new pods are refused (``NodeShutdown``). ``allocated``: the admitted pods as
         allocated (a resize the node has not accepted does not count against admission).
         ``sysctls``: the sysctls pods may set (``sysctl.node_allowlist``); others are
-        ``SysctlForbidden``."""
+        ``SysctlForbidden``. ``node``: the Node object, for the general predicates (node
+        affinity, host ports, ``NoExecute`` taints); ``comparison_operators``: the
+        ``TaintTolerationComparisonOperators`` gate. ``on_admitted``: told of each pod
+        admission lets in (the allocation manager records its allocation then);
+        ``load_allocations``: awaited before the first pod is admitted (the allocation
+        checkpoint, so a restarted agent admits its pods with what it had allocated)."""
         self._sysctls = sysctls
+        self._on_admitted = on_admitted
+        self._load_allocations = load_allocations
+        self._node_object = node
+        self._comparison_operators = comparison_operators
         self._allocated = allocated
         self._node = node_name
         self._shutting_down = shutting_down
@@ -180,6 +196,7 @@ class SyncLoop:
         self._log = log or get_logger("pods")
         self._events = events
         self._known: dict[str, Pod] = {}
+        self._mirrors = 0  # mirror pods in the source, at the last pass
         self._rejected: set[str] = set()
         self._undecodable: set[str] = set()
         # uid -> (resourceVersion, decoded pod): every status patch comes back as a watch
@@ -228,6 +245,8 @@ class SyncLoop:
                 self._housekeeping()
 
     async def _watch_source(self) -> None:
+        if self._load_allocations is not None:
+            await self._load_allocations()
         await self._source.wait_synced()
         seen: str | None = None
         while True:
@@ -284,24 +303,35 @@ class SyncLoop:
     def _reconcile_source(self) -> None:
         current: dict[str, Pod] = {}
         decoded: dict[str, tuple[str, Pod | None]] = {}
+        mirrors = 0
         for obj in self._source.items():
             pod = self._decode_cached(obj, decoded)
-            if pod is None or pod.spec.node_name != self._node or pod.is_mirror:
+            if pod is None or pod.spec.node_name != self._node:
+                continue
+            if pod.is_mirror:
+                mirrors += 1
                 continue
             current[pod.uid] = pod
+        self._mirrors = mirrors
         self._decoded = decoded
+        new: list[Pod] = []
         for uid, pod in current.items():
             if uid in self._rejected:
                 continue
-            if self._workers.known(uid):
-                if not _differ(self._known.get(uid), pod):
-                    # only the status moved: our own patches, or conditions another
-                    # component wrote (readiness gates), which the worker reads next time
-                    self._workers.refresh(pod)
-                    if needs_readiness_reconcile(pod):
-                        self._workers.sync(uid)  # a gate moved: Ready now, not at resync
-                    continue
-            elif self._waits_for_predecessor(pod) or not self._admit(pod):
+            if not self._workers.known(uid):
+                new.append(pod)
+            elif not _differ(self._known.get(uid), pod):
+                # only the status moved: our own patches, or conditions another
+                # component wrote (readiness gates), which the worker reads next time
+                self._workers.refresh(pod)
+                if needs_readiness_reconcile(pod):
+                    self._workers.sync(uid)  # a gate moved: Ready now, not at resync
+            else:
+                self._workers.update_pod(pod)
+        # the kubelet admits a batch oldest first (HandlePodAdditions), each against the
+        # pods admitted before it
+        for pod in sorted(new, key=lambda p: p.metadata.creation_timestamp or ""):
+            if self._waits_for_predecessor(pod) or not self._admit(pod, current):
                 continue
             self._workers.update_pod(pod)
         for uid, last in self._known.items():
@@ -326,7 +356,37 @@ class SyncLoop:
                 return True
         return False
 
-    def _admit(self, pod: Pod) -> bool:
+    def active_pods(self) -> list[Pod]:
+        """The kubelet's ``GetActivePods``: what admission and resize admission count."""
+        return self._active_pods(self._known, but="")
+
+    def _active_pods(self, current: Mapping[str, Pod], but: str) -> list[Pod]:
+        """The kubelet's ``GetActivePods`` (see ``activepods``) over the pods the sources
+        have now, without the pod ``but``."""
+        out = []
+        for uid, pod in current.items():
+            if uid == but:
+                continue
+            reported = self._status.last_status(uid)
+            phase = reported.get("phase") if reported is not None else None
+            if not is_inactive(pod, self._workers.termination(uid), phase):
+                out.append(pod)
+        return out
+
+    def _fit(self, pod: Pod, current: Mapping[str, Pod]) -> AdmitResult:
+        """The predicate admit handler over the active pods, as allocated."""
+        allocatable = self._allocatable()
+        if allocatable is None:
+            return ADMITTED  # no Node yet (standalone): nothing to fit against
+        return admit_pod(
+            self._allocated([pod])[0],
+            allocatable=allocatable,
+            admitted=self._allocated(self._active_pods(current, but=pod.uid)),
+            node=self._node_object(),
+            comparison_operators=self._comparison_operators,
+        )
+
+    def _admit(self, pod: Pod, current: Mapping[str, Pod]) -> bool:
         if pod.deleted or pod.status.get("phase") in TERMINAL_PHASES:
             return True
         result: AdmitResult | None = None
@@ -339,14 +399,12 @@ class SyncLoop:
             else:  # after the eviction manager's, as the kubelet orders its handlers
                 result = admit_sysctls(pod, self._sysctls)
         if result is None:
-            allocatable = self._allocatable()
-            if allocatable is None:
-                return True
-            admitted = self._allocated(self._workers.active_pods())
-            result = admit_pod(pod, allocatable=allocatable, admitted=admitted)
+            result = self._fit(pod, current)
         if result.admit:
+            self._on_admitted(pod)
             return True
         self._rejected.add(pod.uid)
+        metrics.count_rejection(result.reason)
         self._log.warning(
             "Pod rejected",
             pod_namespace=pod.namespace,
@@ -366,6 +424,12 @@ class SyncLoop:
         if self._successor_waits:
             self._successor_waits = False
             self._reconcile_source()
+        active = self.active_pods()
+        metrics.pod_counts(
+            desired=Counter(p.is_static for p in self._known.values()),
+            active=Counter(p.is_static for p in active),
+            mirrors=self._mirrors,
+        )
         if not self._source.synced or not self._pleg.relisted_once or self._tg is None:
             return
         for uid, seen in self._pleg.pods().items():

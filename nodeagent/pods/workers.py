@@ -27,6 +27,8 @@ from typing import Final, Protocol
 
 from nodeagent.kuberuntime import runtime_errors
 from nodeagent.log import Logger, get_logger
+from nodeagent.pods import metrics
+from nodeagent.pods.activepods import Termination
 from nodeagent.podspec import Pod, termination_grace_period
 
 RESYNC_INTERVAL: Final = 60.0  # syncFrequency
@@ -70,6 +72,7 @@ class _Worker:
     final_deleted: bool = False
     grace_override: int | None = None
     terminated: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived_terminal: bool = False
 
 
 class PodWorkers:
@@ -105,6 +108,25 @@ class PodWorkers:
         """Pods that run or may run: admitted, not terminating (what admission counts)."""
         return [w.pod for w in self._workers.values() if w.stage is Stage.SYNCING]
 
+    def termination(self, uid: str) -> Termination | None:
+        """How far stopping the pod is (None: no worker): the kubelet's
+        ``IsPodTerminationRequested`` / ``IsPodKnownTerminated``, with a deletion or removal
+        counted the moment it arrives, not when the worker gets to it."""
+        worker = self._workers.get(uid)
+        if worker is None:
+            return None
+        if worker.stage is Stage.TERMINATED or worker.arrived_terminal:
+            return Termination.DONE
+        pod = worker.pod
+        if (
+            worker.stage is Stage.TERMINATING
+            or worker.removed
+            or pod.deleted
+            or pod.status.get("phase") in TERMINAL_PHASES
+        ):
+            return Termination.REQUESTED
+        return Termination.NOT_REQUESTED
+
     def idle(self) -> bool:
         return not any(w.wake.is_set() for w in self._workers.values())
 
@@ -113,9 +135,11 @@ class PodWorkers:
     def update_pod(self, pod: Pod) -> None:
         worker = self._workers.get(pod.uid)
         if worker is None:
+            metrics.CONTAINERS_PER_POD.observe(len(pod.spec.containers))
             worker = _Worker(pod=pod)
             if pod.status.get("phase") in TERMINAL_PHASES:
                 worker.stage = Stage.TERMINATING  # finished before a restart: never rerun
+                worker.arrived_terminal = True
             self._workers[pod.uid] = worker
             self._spawn.put_nowait(worker)
         worker.pod = pod

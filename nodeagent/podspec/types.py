@@ -429,6 +429,7 @@ class PodSecurityContext(_S, frozen=True):
     fs_group_change_policy: str | None = None
     sysctls: tuple[Sysctl, ...] = ()
     seccomp_profile: SeccompProfile | None = None
+    supplemental_groups_policy: str | None = None
 
 
 class DNSOption(_S, frozen=True):
@@ -477,6 +478,9 @@ class PodSpec(_S, frozen=True):
     runtime_class_name: str | None = None
     overhead: dict[str, str | int | float] = {}
     tolerations: tuple[dict[str, Any], ...] = ()
+    # Admission's general predicates read these as the scheduler's filters do.
+    node_selector: dict[str, str] = {}
+    affinity: dict[str, Any] | None = None
     os: PodOS | None = None
     enable_service_links: bool | None = None
     volumes: tuple[Volume, ...] = ()

@@ -21,6 +21,7 @@ from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
 from nodeagent.status.conditions import KUBELET_CONDITIONS
+from nodeagent.status.metrics import count_terminations
 
 Status = dict[str, Any]
 OWNED_CONDITIONS: Final = frozenset({*KUBELET_CONDITIONS, "DisruptionTarget"})
@@ -149,6 +150,7 @@ class StatusManager:
 
     def set_status(self, pod: Pod, status: Status) -> None:
         entry = self._pods.get(pod.uid)
+        count_terminations(entry.wanted if entry is not None else pod.status, status)
         if entry is None:
             entry = _Entry(pod.namespace, pod.name, pod.uid, wanted=status)
             self._pods[pod.uid] = entry

@@ -107,6 +107,9 @@ class FakeRuntime(FakeImageService):
         self.usage: dict[str, tuple[int, int]] = {}
         # ... and its writable layer (bytes, inodes), as containerd's snapshotter measures it
         self.writable: dict[str, tuple[int, int]] = {}
+        # Seconds a call of RunPodSandbox or CreateContainer takes before it answers: a
+        # runtime under load (the sandbox waiting on CNI, the container on the snapshotter).
+        self.latency: dict[str, float] = {}
 
     # Test controls -------------------------------------------------------------------------
 
@@ -143,6 +146,10 @@ class FakeRuntime(FakeImageService):
         super()._enter(rpc)
         if self._injected[rpc]:
             raise self._injected[rpc].popleft()
+
+    async def _answer_after(self, rpc: str) -> None:
+        if self.latency.get(rpc):
+            await asyncio.sleep(self.latency[rpc])
 
     def _now(self) -> int:
         return int(self._clock.now().timestamp() * 1_000_000_000)
@@ -279,6 +286,7 @@ class FakeRuntime(FakeImageService):
 
     async def run_pod_sandbox(self, config: cri.PodSandboxConfig, runtime_handler: str = "") -> str:
         self._enter("RunPodSandbox")
+        await self._answer_after("RunPodSandbox")
         host_network = config.linux.security_context.namespace_options.network == NODE
         ip = "" if host_network else f"10.88.0.{next(self._ips)}"
         sandbox = _Sandbox(
@@ -342,6 +350,7 @@ class FakeRuntime(FakeImageService):
         sandbox_config: cri.PodSandboxConfig,
     ) -> str:
         self._enter("CreateContainer")
+        await self._answer_after("CreateContainer")
         sandbox = self._sandbox(pod_sandbox_id, rpc="CreateContainer")
         if sandbox.state != cri.SANDBOX_READY:
             details = f'sandbox "{pod_sandbox_id}" is not ready'

@@ -144,8 +144,9 @@ def load_run(path: Path) -> Run | None:
 
 
 # Why a spec fails on nodeagent: (pattern on "<name> <why>", capability, issue). First match wins.
-# Issues 12, 14 and 16 are the open ones when this was written; a capability that exists (hosts
-# file, ephemeral containers, probes, ...) has no entry: its failure is "not yet classified".
+# The third field is the issue that tracks the missing capability; a capability that exists
+# (hosts file, ephemeral containers, probes, ...) has no entry: its failure is "not yet
+# classified".
 EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
     (r"Interrupted by|suite timeout|\binterrupted\b", "not finished: the run's time limit", "-"),
     (

@@ -6,7 +6,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m harness build [--peers] | up [--nodes N] | down"
+    usage = "usage: python -m harness build [--peers] | up [--nodes N] | down | join-command"
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0 if argv else 2
@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
         from harness import build
 
         return build.main(rest)
-    if command in {"up", "down"}:
+    if command in {"up", "down", "join-command"}:
         from harness import up
 
         return up.main([command, *rest])

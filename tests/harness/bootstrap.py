@@ -1,18 +1,27 @@
-"""API objects for TLS bootstrap: bootstrap-token Secrets and the RBAC kubeadm installs for it.
+"""API objects for joining nodes: bootstrap-token Secrets, `kube-public/cluster-info` and the RBAC
+kubeadm installs for them (`kubeadm init`'s bootstrap-token phase of the pinned Kubernetes).
 
 Pure builders; `ControlPlane` applies them with kubectl.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import secrets
 import string
 from dataclasses import dataclass
 from typing import Any
 
-BOOTSTRAPPERS = "system:bootstrappers"
-EXTRA_GROUP = "system:bootstrappers:nodeagent:default-node-token"
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+# kubeadm's NodeBootstrapTokenAuthGroup: its tokens' auth-extra-groups, and whom its RBAC binds.
+EXTRA_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+CLUSTER_INFO_ROLE = "kubeadm:bootstrap-signer-clusterinfo"
+GET_NODES_ROLE = "kubeadm:get-nodes"
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -67,6 +76,14 @@ def _group_binding(name: str, *, group: str, cluster_role: str) -> dict[str, Any
     }
 
 
+GET_NODES_CLUSTER_ROLE: dict[str, Any] = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": GET_NODES_ROLE},
+    "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+}
+
+
 SERVICE_PROXY_ROLE: dict[str, Any] = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
     "kind": "ClusterRole",
@@ -83,9 +100,9 @@ SERVICE_PROXY_ROLE: dict[str, Any] = {
 
 
 def tls_bootstrap_rbac() -> dict[str, Any]:
-    """The bindings kubeadm creates so that nodes can join and renew without a human:
-
-    bootstrap tokens may create node-client CSRs, which are auto-approved, and nodes' own renewal
+    """The bindings kubeadm creates (same names, same subjects) so that nodes can join and renew
+    without a human: its node bootstrap tokens may create node-client CSRs, which are
+    auto-approved, and get Nodes (the join's "is this name taken" check); nodes' own renewal
     CSRs are auto-approved too. Plus one for nodeagent's service proxy: nodes may read
     Services and EndpointSlices (``system:node`` has no EndpointSlices; kube-proxy's
     ``system:node-proxier`` would also let a node read every other Node, which the Node
@@ -93,17 +110,19 @@ def tls_bootstrap_rbac() -> dict[str, Any]:
     """
     items = [
         _group_binding(
-            "nodeagent:kubelet-bootstrap",
-            group=BOOTSTRAPPERS,
+            "kubeadm:kubelet-bootstrap",
+            group=EXTRA_GROUP,
             cluster_role="system:node-bootstrapper",
         ),
+        GET_NODES_CLUSTER_ROLE,
+        _group_binding(GET_NODES_ROLE, group=EXTRA_GROUP, cluster_role=GET_NODES_ROLE),
         _group_binding(
-            "nodeagent:node-autoapprove-bootstrap",
-            group=BOOTSTRAPPERS,
+            "kubeadm:node-autoapprove-bootstrap",
+            group=EXTRA_GROUP,
             cluster_role="system:certificates.k8s.io:certificatesigningrequests:nodeclient",
         ),
         _group_binding(
-            "nodeagent:node-autoapprove-certificate-rotation",
+            "kubeadm:node-autoapprove-certificate-rotation",
             group="system:nodes",
             cluster_role="system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
         ),
@@ -113,3 +132,75 @@ def tls_bootstrap_rbac() -> dict[str, Any]:
         ),
     ]
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def cluster_info(*, server: str, ca_pem: bytes) -> dict[str, Any]:
+    """`kube-public/cluster-info` as kubeadm writes it: a kubeconfig with one unnamed cluster
+    (server and CA, no user). kube-controller-manager's bootstrap signer adds a
+    `jws-kubeconfig-<token id>` signature for every signing token."""
+    kubeconfig = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "",
+                    "cluster": {
+                        "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                        "server": server,
+                    },
+                }
+            ],
+            "contexts": [],
+            "current-context": "",
+            "preferences": {},
+            "users": [],
+        },
+        sort_keys=False,
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cluster-info", "namespace": "kube-public"},
+        "data": {"kubeconfig": kubeconfig},
+    }
+
+
+def cluster_info_rbac() -> dict[str, Any]:
+    """kubeadm's Role and RoleBinding: `system:anonymous` may get `cluster-info`, and only it."""
+    rbac = "rbac.authorization.k8s.io"
+    meta = {"name": CLUSTER_INFO_ROLE, "namespace": "kube-public"}
+    role = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "Role",
+        "metadata": meta,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": ["cluster-info"],
+                "verbs": ["get"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "RoleBinding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": CLUSTER_INFO_ROLE},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "system:anonymous"}],
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+
+
+def ca_cert_hash(ca_pem: bytes) -> str:
+    """`sha256:<hex>` of the CA's DER SubjectPublicKeyInfo, as `kubeadm token create
+    --print-join-command` prints it."""
+    cert = x509.load_pem_x509_certificate(ca_pem)
+    spki = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return f"sha256:{hashlib.sha256(spki).hexdigest()}"
+
+
+def join_command(*, endpoint: str, token: str, ca_hash: str) -> str:
+    """What `kubeadm token create --print-join-command` prints, for nodeagent."""
+    return f"nodeagent join {endpoint} --token {token} --discovery-token-ca-cert-hash {ca_hash}"

@@ -173,6 +173,26 @@ class ControlPlane:
         self.apply(bootstrap.token_secret(token))
         return token.token
 
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the apiserver, as a join command names it."""
+        return f"{self.address}:{self.ports.apiserver}"
+
+    def publish_cluster_info(self) -> None:
+        """`kube-public/cluster-info` and its RBAC, as `kubeadm init` makes them (the
+        controller-manager's bootstrap signer adds the tokens' JWS signatures)."""
+        self.apply(bootstrap.cluster_info_rbac())
+        self.apply(bootstrap.cluster_info(server=self.server, ca_pem=self.ca_path.read_bytes()))
+
+    def join_command(self, *, ttl: datetime.timedelta = datetime.timedelta(hours=24)) -> str:
+        """A new bootstrap token and the `nodeagent join` line that uses it, as `kubeadm token
+        create --print-join-command` prints (kubeadm's default TTL, 24 h)."""
+        return bootstrap.join_command(
+            endpoint=self.endpoint,
+            token=self.bootstrap_token(ttl=ttl),
+            ca_hash=bootstrap.ca_cert_hash(self.ca_path.read_bytes()),
+        )
+
     def bootstrap_kubeconfig(self, token: str, *, name: str = "bootstrap") -> Path:
         config = kubeconfig.render(
             server=self.server, ca=self.ca_path, user="kubelet-bootstrap", token=token
@@ -378,6 +398,13 @@ def _start_components(
         wait_for(plane.readyz, what="kube-apiserver /readyz", timeout=timeout, watch=[apiserver])
         plane.timings["readyz"] = time.monotonic() - started
         plane.apply(bootstrap.tls_bootstrap_rbac())
+        wait_for(
+            functools.partial(_exists, plane, "namespace", "kube-public"),
+            what="the kube-public namespace",
+            timeout=timeout,
+            watch=[apiserver],
+        )
+        plane.publish_cluster_info()
         launch(
             "kube-controller-manager",
             controller_manager_argv(

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import coredns, metrics_server, node_up, runtime_up, up_multinode
+from harness import coredns, join_up, metrics_server, node_up, runtime_up, up_multinode
 from harness.build import Binaries, ensure_built
 from harness.containerd import unmount_and_remove
 from harness.controlplane import (
@@ -171,6 +171,7 @@ def up(nodes: int = 1) -> int:
         if "registry" in runtime:
             coredns.up(plane, registry_host=runtime["registry"], work_dir=directory / "coredns")
     say(NODE_NOTE)
+    join_up.print_join_command(plane)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")
     print(f"export PATH={plane.kubectl_path.parent}:$PATH")
     return 0
@@ -217,6 +218,16 @@ def down() -> int:
     return 0
 
 
+def join_command() -> int:
+    """`make join-command`: a new token and the join line for the running `up` cluster."""
+    plane = running_plane(read_state(state_dir()))
+    if plane is None:
+        say("no running cluster from `make up`")
+        return 1
+    join_up.print_join_command(plane)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["up"] and (len(argv) == 1 or (len(argv) == 3 and argv[1] == "--nodes")):
         count = argv[2] if len(argv) == 3 else "1"
@@ -226,5 +237,7 @@ def main(argv: list[str]) -> int:
         return up(int(count))
     if argv == ["down"]:
         return down()
-    print("usage: python -m harness up [--nodes N] | down", file=sys.stderr)
+    if argv == ["join-command"]:
+        return join_command()
+    print("usage: python -m harness up [--nodes N] | down | join-command", file=sys.stderr)
     return 2

@@ -1,9 +1,15 @@
-"""The node in the guest against the control plane on the host, through the apiserver forward."""
+"""The node in the guest joins the control plane on the host with `nodeagent join`.
+
+The guest gets only the join command the control plane prints (token and CA hash); the packaged
+agent verifies cluster-info, does TLS bootstrap through the systemd service, registers and
+turns Ready. A wrong CA hash is refused in the guest as on the host, with nothing written.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import textwrap
 import time
 from collections.abc import Iterator
@@ -15,13 +21,22 @@ import pytest
 import yaml
 from harness.controlplane import ControlPlane
 from harness.vm import Machine
-from harness.vm.guest import GUEST_DIR, journal_cursor, provision, wait_until
+from harness.vm.guest import GUEST_DIR, journal_cursor, wait_until
+from harness.vm.join import join_guest, route_apiserver
 from harness.vm.rootfs import GUEST_IP, HOSTNAME
 
 pytestmark = pytest.mark.system
 
 NODE = HOSTNAME
 GUEST_KUBECONFIG = f"{GUEST_DIR}/kubeconfig"
+
+
+@pytest.fixture
+def joined_node(control_plane: ControlPlane) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        control_plane.kubectl("delete", "node", NODE, "--ignore-not-found", check=False)
 
 
 @pytest.fixture
@@ -91,21 +106,20 @@ def _lease_renew_time(control_plane: ControlPlane) -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
-def _provision_node(vm: Machine, deb: Path) -> str:
+def _provision_node(vm: Machine, deb: Path, control_plane: ControlPlane) -> tuple[str, str]:
+    """Join the guest; returns a journal cursor from before and the id of the token it used."""
     cursor = journal_cursor(vm)
-    provision(
-        vm, deb, "--kubeconfig", GUEST_KUBECONFIG, "--node-name", NODE, "--node-ip", GUEST_IP,
-    )  # fmt: skip
-    return cursor
+    out = join_guest(vm, deb, control_plane, node=NODE)
+    assert "This node has joined the cluster" in out, out
+    signed = re.search(r"signed by token id '([a-z0-9]{6})'", out)
+    assert signed, out
+    return cursor, signed.group(1)
 
 
-def test_the_node_registers_from_the_guest_and_renews_its_lease(
-    vm: Machine,
-    nodeagent_deb: Path,
-    control_plane: ControlPlane,
-    node_kubeconfig: dict[str, Any],
+def test_the_joined_node_registers_from_the_guest_and_renews_its_lease(
+    vm: Machine, nodeagent_deb: Path, control_plane: ControlPlane, joined_node: None
 ) -> None:
-    cursor = _provision_node(vm, nodeagent_deb)
+    cursor, _ = _provision_node(vm, nodeagent_deb, control_plane)
     wait_until(
         vm,
         f"journalctl -u nodeagent --after-cursor='{cursor}' -o cat"
@@ -134,13 +148,10 @@ def test_the_node_registers_from_the_guest_and_renews_its_lease(
         time.sleep(2)
 
 
-def test_the_node_becomes_ready(
-    vm: Machine,
-    nodeagent_deb: Path,
-    control_plane: ControlPlane,
-    node_kubeconfig: dict[str, Any],
+def test_the_joined_node_becomes_ready_with_its_own_certificate(
+    vm: Machine, nodeagent_deb: Path, control_plane: ControlPlane, joined_node: None
 ) -> None:
-    _provision_node(vm, nodeagent_deb)
+    _, token_id = _provision_node(vm, nodeagent_deb, control_plane)
     deadline = time.monotonic() + 45
     while True:
         node = _node(control_plane)
@@ -152,3 +163,60 @@ def test_the_node_becomes_ready(
                 break
         assert time.monotonic() < deadline, f"node {NODE} not Ready: {node}"
         time.sleep(2)
+
+    # Its identity is the one TLS bootstrap gave it: a CSR from the bootstrap token, approved
+    # by the controller-manager; the token is gone from the guest once it has its certificate.
+    csrs = control_plane.get_json("csr")["items"]
+    mine = [
+        c
+        for c in csrs
+        if c["spec"]["username"] == f"system:bootstrap:{token_id}"
+        and c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+    ]
+    assert len(mine) == 1, csrs
+    assert mine[0]["status"].get("certificate"), mine[0]["status"]
+    kubeconfig = yaml.safe_load(vm.check("cat /etc/nodeagent/kubeconfig"))
+    user = kubeconfig["users"][0]["user"]
+    assert user == {
+        "client-certificate": "/var/lib/nodeagent/pki/kubelet-client-current.pem",
+        "client-key": "/var/lib/nodeagent/pki/kubelet-client-current.pem",
+    }
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == control_plane.server
+    assert vm.run("test -e /etc/nodeagent/bootstrap-kubeconfig").rc == 1
+    flags = vm.check("cat /var/lib/nodeagent/join-flags.env")
+    assert (
+        'NODEAGENT_JOIN_ARGS="--bootstrap-kubeconfig=/etc/nodeagent/bootstrap-kubeconfig'
+        f' --hostname-override={NODE} --node-ip={GUEST_IP}"'
+    ) in flags
+
+
+REFUSED_DIR = "/root/join-refused"
+
+
+def test_a_wrong_ca_hash_is_refused_in_the_guest_and_nothing_is_written(
+    agent: Machine, control_plane: ControlPlane
+) -> None:
+    vm = agent
+    route_apiserver(vm, control_plane)
+    command = control_plane.join_command().split()
+    command[command.index("--discovery-token-ca-cert-hash") + 1] = "sha256:" + "ab" * 32
+    vm.check(f"rm -rf {REFUSED_DIR} && mkdir {REFUSED_DIR}")
+    vm.put(
+        f"{REFUSED_DIR}/config.yaml",
+        yaml.safe_dump(
+            {
+                "apiVersion": "nodeagent.io/v1alpha1",
+                "kind": "NodeAgentConfiguration",
+                "node": {
+                    "kubeconfig": f"{REFUSED_DIR}/etc/kubeconfig",
+                    "rootDir": f"{REFUSED_DIR}/var",
+                },
+            }
+        ).encode(),
+    )
+    result = vm.run([*command, "--config", f"{REFUSED_DIR}/config.yaml"], timeout=120)
+    assert result.rc == 1, result.stdout
+    assert "matches none of the --discovery-token-ca-cert-hash values (sha256:abab" in (
+        result.stderr
+    )
+    assert vm.check(f"find {REFUSED_DIR} -mindepth 1").split() == [f"{REFUSED_DIR}/config.yaml"]

@@ -1,16 +1,18 @@
 """The project's Vagrantfile, run for real: vagrant-libvirt, qemu without KVM, the local box.
 
 What the README's "Try it in a Vagrant VM" section tells a user to run is what this test runs:
-``vagrant up`` (the Vagrantfile's provisioner is ``provision.sh`` with the project's .deb and a
-node kubeconfig), the node joins the host's control plane and turns Ready (read from the
-apiserver), ``vagrant ssh`` sees the service active, and ``vagrant destroy -f`` leaves no domain
+``vagrant up`` (the Vagrantfile's provisioner is ``provision.sh`` with the project's .deb and the
+join command the control plane printed: ``nodeagent join`` in the box, TLS bootstrap), the node
+joins the host's control plane and turns Ready (read from the apiserver), ``vagrant ssh`` sees
+the service active with join's flags and an issued certificate, and ``vagrant destroy -f`` leaves
+no domain
 and no volume behind. libvirt is started by the test when no daemon runs (the CI host has no
 systemd), and everything libvirt holds that appeared during the test is removed at the end, so
 the host is as before: no domain, volume, network or pool, no qemu, dnsmasq or libvirtd process.
 
 The guest reaches the apiserver at 198.18.0.1 (the harness's /32 on the host's ``lo``, the
-address in the kubeconfig and in the apiserver's certificate) through its default route, the
-host's address on libvirt's NAT bridge: traffic never leaves this machine.
+address in the join command, in ``cluster-info`` and in the apiserver's certificate) through its
+default route, the host's address on libvirt's NAT bridge: traffic never leaves this machine.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ UP_TIMEOUT_S = 1200.0
 READY_TIMEOUT_S = 240.0
 
 
-def vagrant_env(tmp_path: Path, deb: Path, box: str, kubeconfig: Path) -> dict[str, str]:
+def vagrant_env(tmp_path: Path, deb: Path, box: str, join_command: str) -> dict[str, str]:
     """The environment the README's instructions set, plus where vagrant keeps its state."""
     return {
         **os.environ,
@@ -57,7 +59,7 @@ def vagrant_env(tmp_path: Path, deb: Path, box: str, kubeconfig: Path) -> dict[s
         "NODEAGENT_VAGRANT_BOX": box,
         "NODEAGENT_LIBVIRT_DRIVER": "qemu",
         "NODEAGENT_DEB": str(deb),
-        "NODEAGENT_KUBECONFIG": str(kubeconfig),
+        "NODEAGENT_JOIN": join_command,
         "NODEAGENT_NODE_NAME": NODE,
     }
 
@@ -131,6 +133,17 @@ def assert_joined(ready: dict[str, Any]) -> None:
     assert condition is not None and condition["reason"] == "KubeletReady"
 
 
+def assert_joined_in_the_box(vagrant: Vagrant) -> None:
+    """Joined, not handed credentials: join's flags, the certificate TLS bootstrap got."""
+    flags = vagrant("ssh", "-c", "sudo cat /var/lib/nodeagent/join-flags.env")
+    assert f"--hostname-override={NODE}" in flags, flags
+    issued = vagrant(
+        "ssh", "-c", "sudo test -s /var/lib/nodeagent/pki/kubelet-client-current.pem"
+        " && echo issued", check=False,
+    )  # fmt: skip
+    assert "issued" in issued.split(), issued
+
+
 def test_vagrant_up_joins_a_ready_node_and_destroy_leaves_nothing(
     *,
     control_plane: ControlPlane,
@@ -143,8 +156,7 @@ def test_vagrant_up_joins_a_ready_node_and_destroy_leaves_nothing(
 ) -> None:
     definitions_before = {path: path.exists() for path in LIBVIRT_DEFINITIONS}
     libvirt_chains_before = "LIBVIRT_" in _ruleset()
-    kubeconfig = control_plane.node_kubeconfig(NODE)
-    env = vagrant_env(tmp_path, nodeagent_deb, box_name(vm_image), kubeconfig)
+    env = vagrant_env(tmp_path, nodeagent_deb, box_name(vm_image), control_plane.join_command())
     vagrant = Vagrant(env, tmp_path / "vagrant.log", say)
     vagrant.ensure_box(box_name(vm_image), vagrant_box)
 
@@ -171,6 +183,7 @@ def test_vagrant_up_joins_a_ready_node_and_destroy_leaves_nothing(
             # The README's check: the service is active inside the VM.
             out = vagrant("ssh", "-c", "systemctl is-active nodeagent", timeout=120)
             assert "active" in out.split(), out  # ssh adds its "Connection ... closed." line
+            assert_joined_in_the_box(vagrant)
 
             domain_volumes = {
                 (pool, vol) for pool, vol in host.new_since_start().volumes if DOMAIN in vol

@@ -12,6 +12,11 @@ GUEST_DIR = "/root/provision"
 PROVISION_SCRIPT = Path(__file__).with_name("provision.sh")
 DEFAULT_ARGS_LINE = 'NODEAGENT_ARGS=""'
 TEST_DROPINS = "/etc/systemd/system/nodeagent.service.d/test-*.conf"
+# What a join or a copied kubeconfig leaves: without them the packaged agent runs standalone.
+NODE_STATE = (
+    "/etc/nodeagent/kubeconfig /etc/nodeagent/bootstrap-kubeconfig "
+    "/var/lib/nodeagent/join-flags.env /var/lib/nodeagent/pki"
+)
 
 
 def deb_version(deb: Path) -> str:
@@ -20,7 +25,13 @@ def deb_version(deb: Path) -> str:
     ).stdout.strip()
 
 
-def provision(vm: Machine, deb: Path, *args: str, timeout: float = 300) -> str:
+# The package's postinst compiles the venv's bytecode (832 files): 4-8 s on this host, but
+# 1-2 min in a TCG guest while the 2-core host is loaded (load ~17), where the agent's own
+# start to READY also took 60 s. Provisioning then needs more than the 300 s it used to.
+PROVISION_TIMEOUT_S = 600
+
+
+def provision(vm: Machine, deb: Path, *args: str, timeout: float = PROVISION_TIMEOUT_S) -> str:
     """Copy provision.sh and ``deb`` into the guest, run it with ``args``; return its output."""
     vm.put(f"{GUEST_DIR}/provision.sh", PROVISION_SCRIPT.read_bytes(), mode=0o755)
     guest_deb = f"{GUEST_DIR}/{deb.name}"
@@ -43,9 +54,11 @@ def ensure_installed(vm: Machine, deb: Path) -> None:
     """Bring the guest back to "``deb`` installed with default settings, service active"."""
     defaults = vm.run(f"grep -qx '{DEFAULT_ARGS_LINE}' /etc/default/nodeagent").rc == 0
     dropins = vm.run(f"ls {TEST_DROPINS}").rc == 0
-    if installed_version(vm) == deb_version(deb) and defaults and not dropins and is_active(vm):
+    unjoined = vm.run("test ! -e /var/lib/nodeagent/join-flags.env").rc == 0
+    current = installed_version(vm) == deb_version(deb)
+    if current and defaults and not dropins and unjoined and is_active(vm):
         return
-    vm.check(f"rm -f /etc/nodeagent/kubeconfig {TEST_DROPINS}")
+    vm.check(f"rm -rf {NODE_STATE} {TEST_DROPINS}")
     provision(vm, deb)
 
 

@@ -10,8 +10,8 @@ that is the name containerd itself asks for when it starts a sandbox.
 Pods then use ``BUSYBOX_IMAGE`` (``localhost/busybox:latest``) with ``imagePullPolicy: Never``
 (or ``IfNotPresent``): a pull would go nowhere.
 
-:func:`join_node` provisions the guest's agent with a kubeconfig for the host's control plane
-(through the apiserver forward) and waits until the Node is Ready; :func:`wait_pod` polls a pod
+:func:`join_node` joins the guest's agent to the host's control plane with `nodeagent join`
+(:mod:`harness.vm.join`) and waits until the Node is Ready; :func:`wait_pod` polls a pod
 from the host's apiserver, as a user would with ``kubectl get pod -w``.
 """
 
@@ -22,17 +22,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
 from harness.controlplane import ControlPlane
 from harness.images import BUSYBOX_IMAGE, PAUSE_IMAGE, BuiltImage, build_images
-from harness.vm.guest import GUEST_DIR, is_active, provision
+from harness.vm.guest import GUEST_DIR, provision
+from harness.vm.join import join_guest, joined, route_apiserver
 from harness.vm.machine import Machine
-from harness.vm.rootfs import GUEST_IP, HOSTNAME
+from harness.vm.rootfs import HOSTNAME
 
 NODE = HOSTNAME
-GUEST_KUBECONFIG = f"{GUEST_DIR}/kubeconfig"
 IMAGES_DIR = f"{GUEST_DIR}/images"
 CTR = ("ctr", "--namespace", "k8s.io")
 # What Debian 12's containerd asks for when `sandbox_image` is not configured.
@@ -40,7 +38,6 @@ DEFAULT_SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"
 
 __all__ = [
     "BUSYBOX_IMAGE",
-    "GUEST_KUBECONFIG",
     "NODE",
     "PAUSE_IMAGE",
     "guest_images",
@@ -97,17 +94,6 @@ def load_images(vm: Machine, images: Mapping[str, BuiltImage] | None = None) -> 
     return names
 
 
-def _write_kubeconfig(vm: Machine, control_plane: ControlPlane, node: str) -> None:
-    """The test PKI's kubeconfig for ``node``, pointed at the guest's view of the apiserver."""
-    server = urlsplit(control_plane.server)
-    assert server.hostname and server.port
-    guest_server = vm.forward_apiserver(server.hostname, server.port)
-    config = yaml.safe_load(control_plane.node_kubeconfig(node).read_text())
-    for cluster in config["clusters"]:
-        cluster["cluster"]["server"] = guest_server
-    vm.put(GUEST_KUBECONFIG, yaml.safe_dump(config).encode(), mode=0o600)
-
-
 def _get(control_plane: ControlPlane, *args: str) -> dict[str, Any] | None:
     done = control_plane.kubectl("get", *args, "-o", "json", check=False)
     return json.loads(done.stdout) if done.returncode == 0 else None
@@ -121,14 +107,10 @@ def node_ready(control_plane: ControlPlane, node: str = NODE) -> bool:
     return {c["type"]: c["status"] for c in conditions}.get("Ready") == "True"
 
 
-def _joined(vm: Machine, extra: Iterable[str]) -> bool:
-    """The agent runs with this kubeconfig and these extra provisioning arguments already."""
+def _same_settings(vm: Machine, extra: Iterable[str]) -> bool:
+    """The extra provisioning arguments are in effect already."""
     defaults = vm.run("cat /etc/default/nodeagent").stdout
-    return (
-        is_active(vm)
-        and "--kubeconfig=/etc/nodeagent/kubeconfig" in defaults
-        and all(arg in defaults for arg in extra)
-    )
+    return all(arg in defaults for arg in extra)
 
 
 def join_node(
@@ -139,21 +121,25 @@ def join_node(
     node: str = NODE,
     ready_timeout: float = 90,
 ) -> str:
-    """The guest's agent registered with ``control_plane`` as ``node`` and Ready, images loaded.
+    """The guest's agent joined to ``control_plane`` as ``node`` and Ready, images loaded.
 
-    ``provision_args`` go to ``provision.sh`` as they are (``--config FILE``, ``--extra-args``);
-    when the guest already runs that way and the Node is Ready nothing is redone, so a module
-    of tests pays for provisioning once. Returns the node name.
+    The node joins with `nodeagent join` and the printed join command (``harness.vm.join``).
+    ``provision_args`` go to ``provision.sh`` as they are (``--config FILE``, ``--extra-args``):
+    a node that has joined already keeps its identity and is only re-provisioned with them,
+    as an operator changes a joined node's settings; when the guest already runs that way and
+    the Node is Ready nothing is redone, so a module of tests pays for the join once. Returns
+    the node name.
     """
     load_images(vm)
+    route_apiserver(vm, control_plane)  # gone after a guest reboot
     extra = [a for a in provision_args if not a.startswith("--")]
-    if not (_joined(vm, extra) and node_ready(control_plane, node)):
-        _write_kubeconfig(vm, control_plane, node)
+    is_joined = joined(vm) and node_ready(control_plane, node)
+    if not (is_joined and _same_settings(vm, extra)):
         vm.check("rm -f /etc/systemd/system/nodeagent.service.d/test-*.conf")
-        provision(
-            vm, deb, "--kubeconfig", GUEST_KUBECONFIG, "--node-name", node,
-            "--node-ip", GUEST_IP, *provision_args,
-        )  # fmt: skip
+        if is_joined:
+            provision(vm, deb, *provision_args)
+        else:
+            join_guest(vm, deb, control_plane, *provision_args, node=node)
     deadline = time.monotonic() + ready_timeout
     while not node_ready(control_plane, node):
         if time.monotonic() > deadline:

@@ -4,13 +4,18 @@
 # then `systemctl enable --now nodeagent`. Idempotent: running it again re-applies the settings
 # and restarts the service. Run as root on the host being provisioned.
 #
-#   provision.sh --deb FILE [--kubeconfig FILE] [--config FILE] [--node-name NAME]
-#                [--node-ip IP] [--extra-args "FLAGS"] [--swap-size SIZE] [--apt-update]
-#                [--pod-subnet CIDR] [--no-start]
+#   provision.sh --deb FILE [--kubeconfig FILE | --join "ENDPOINT --token ... --discovery-..."]
+#                [--config FILE] [--node-name NAME] [--node-ip IP] [--extra-args "FLAGS"]
+#                [--swap-size SIZE] [--apt-update] [--pod-subnet CIDR] [--no-start]
 #
 #   --deb          the package to install (apt resolves its dependencies; in the test VM they are
 #                  already in the image, so nothing is downloaded)
 #   --kubeconfig   installed as /etc/nodeagent/kubeconfig (0600) and passed as --kubeconfig
+#   --join         join a cluster instead: the arguments of the `nodeagent join ...` line the
+#                  control plane printed. Whatever credentials the node had are removed first
+#                  (the agent's part of `kubeadm reset`), then `nodeagent join` verifies the
+#                  cluster, writes the bootstrap kubeconfig and its flags, restarts the service
+#                  and waits for TLS bootstrap; --node-name/--node-ip go to the join
 #   --config       installed as /etc/nodeagent/config.yaml (replaces the packaged default)
 #   --node-name    passed as --hostname-override;  --node-ip: passed as --node-ip
 #   --extra-args   appended to NODEAGENT_ARGS in /etc/default/nodeagent
@@ -21,7 +26,7 @@
 #   --no-start     install and configure only
 set -euo pipefail
 
-deb="" kubeconfig="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
+deb="" kubeconfig="" join="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
 apt_update=0 start=1 pod_subnet=10.244.0.0/24
 SWAP_FILE=/swapfile
 ETC=/etc/nodeagent
@@ -35,6 +40,7 @@ while (($#)); do
     case $1 in
         --deb) deb=$2; shift ;;
         --kubeconfig) kubeconfig=$2; shift ;;
+        --join) join=$2; shift ;;
         --config) config=$2; shift ;;
         --node-name) node_name=$2; shift ;;
         --node-ip) node_ip=$2; shift ;;
@@ -50,6 +56,7 @@ done
 [[ -n $deb ]] || die "--deb FILE is required"
 [[ -f $deb ]] || die "no such package: $deb"
 [[ $(id -u) == 0 ]] || die "must run as root"
+[[ -z $join || -z $kubeconfig ]] || die "--kubeconfig and --join exclude each other"
 
 check_host() {
     [[ -d /run/systemd/system ]] || die "systemd is not PID 1 on this host"
@@ -137,8 +144,10 @@ configure() {
         install -m 0600 "$kubeconfig" "$ETC/kubeconfig"
         args+=("--kubeconfig=$ETC/kubeconfig")
     fi
-    [[ -z $node_name ]] || args+=("--hostname-override=$node_name")
-    [[ -z $node_ip ]] || args+=("--node-ip=$node_ip")
+    if [[ -z $join ]]; then # with --join, `nodeagent join` writes them to its flags file
+        [[ -z $node_name ]] || args+=("--hostname-override=$node_name")
+        [[ -z $node_ip ]] || args+=("--node-ip=$node_ip")
+    fi
     [[ -z $extra_args ]] || args+=("$extra_args")
     local line="NODEAGENT_ARGS=\"${args[*]}\""
     local rest
@@ -164,9 +173,41 @@ start_service() {
     log "nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
 }
 
+join_cluster() {
+    ((start)) || return 0
+    systemctl daemon-reload
+    systemctl enable nodeagent
+    # The agent's part of `kubeadm reset`: stop it and drop every credential it had, so the
+    # join starts from nothing but the token and the CA hash.
+    systemctl stop nodeagent
+    rm -f "$ETC/kubeconfig" "$ETC/bootstrap-kubeconfig" /var/lib/nodeagent/join-flags.env
+    rm -rf /var/lib/nodeagent/pki
+    local args
+    read -r -a args <<<"$join"
+    [[ -z $node_name ]] || args+=(--node-name "$node_name")
+    [[ -z $node_ip ]] || args+=(--node-ip "$node_ip")
+    # Restarts nodeagent.service and waits until TLS bootstrap wrote the node's kubeconfig.
+    if ! nodeagent join "${args[@]}"; then
+        journalctl -u nodeagent --no-pager -n 50 || true
+        die "nodeagent join failed"
+    fi
+    # The join waited for TLS bootstrap; the unit's start (Type=notify) may still be under way
+    # on a slow host, or be retried by systemd after a start timeout.
+    local i
+    for ((i = 0; i < 120; i++)); do
+        systemctl is-active --quiet nodeagent && break
+        sleep 2
+    done
+    if ! systemctl is-active --quiet nodeagent; then
+        systemctl status --no-pager nodeagent || true
+        die "nodeagent.service is not active after the join"
+    fi
+    log "joined; nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
+}
+
 check_host
 ensure_swap
 ensure_pod_network
 install_package
 configure
-start_service
+if [[ -n $join ]]; then join_cluster; else start_service; fi

@@ -88,3 +88,29 @@ async def test_an_unreadable_checkpoint_starts_empty(tmp_path: Path) -> None:
     m = manager(tmp_path)
     assert await m.allocate(web("400m")) == web("400m")
     assert m.allocation("u1")["app"]["limits"] == {"cpu": "400m"}
+
+
+async def test_the_allocation_is_recorded_at_admission_and_written_by_the_first_sync(
+    tmp_path: Path,
+) -> None:
+    """A resize that lands between admission and the pod's first sync is a resize (the
+    kubelet checkpoints the allocation in ``AddPod``), not the pod's starting resources."""
+    m = manager(tmp_path)
+    await m.load()
+    m.admitted(web("200m"))
+    assert not (tmp_path / STATE_FILE).exists()  # no I/O on the admission path
+    allocated = await m.allocate(web("64", generation=2))
+    assert allocated.spec.containers[0].resources.limits == {"cpu": "200m"}
+    [pending] = m.conditions("u1")
+    assert (pending["type"], pending["reason"]) == ("PodResizePending", "Infeasible")
+    stored = json.loads((tmp_path / STATE_FILE).read_text())
+    assert stored["pods"]["u1"]["allocation"]["app"]["limits"] == {"cpu": "200m"}
+
+
+async def test_admission_keeps_a_checkpointed_allocation(tmp_path: Path) -> None:
+    first = manager(tmp_path)
+    await first.allocate(web("200m"))
+    again = manager(tmp_path)
+    await again.load()
+    again.admitted(web("64", generation=2))  # the spec moved while the agent was down
+    assert again.allocation("u1")["app"]["limits"] == {"cpu": "200m"}

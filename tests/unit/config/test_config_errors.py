@@ -353,6 +353,20 @@ BAD_FILES = [
         "known gates: ExtendWebSocketsToKubelet, GracefulNodeShutdown",
     ),
     (
+        "negative registry pull rate",
+        "kubelet:\n  registryPullQPS: -1\n",
+        "kubelet.registryPullQPS",
+        -1,
+        "must be >= 0",
+    ),
+    (
+        "negative registry burst",
+        "kubelet:\n  registryBurst: -3\n",
+        "kubelet.registryBurst",
+        -3,
+        "must be >= 0",
+    ),
+    (
         "parallel pulls while serialized",
         "kubelet:\n  serializeImagePulls: true\n  maxParallelImagePulls: 5\n",
         "kubelet.maxParallelImagePulls",

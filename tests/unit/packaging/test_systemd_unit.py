@@ -55,15 +55,18 @@ def test_unit_starts_after_network_and_containerd_without_requiring_containerd(
     assert ("Unit", "BindsTo") not in unit
 
 
-def test_unit_reads_both_environment_files_and_passes_nodeagent_args(
+def test_unit_reads_the_environment_files_and_passes_join_flags_then_nodeagent_args(
     unit: dict[tuple[str, str], list[str]],
 ) -> None:
     assert unit["Service", "EnvironmentFile"] == [
         "-/etc/default/nodeagent",
         "-/etc/sysconfig/nodeagent",
+        "-/var/lib/nodeagent/join-flags.env",
     ]
+    # The admin's flags come after the ones `nodeagent join` wrote: the last one wins.
     assert unit["Service", "ExecStart"] == [
-        "/usr/bin/nodeagent run --config /etc/nodeagent/config.yaml $NODEAGENT_ARGS"
+        "/usr/bin/nodeagent run --config /etc/nodeagent/config.yaml"
+        " $NODEAGENT_JOIN_ARGS $NODEAGENT_ARGS"
     ]
 
 

@@ -1,5 +1,5 @@
 """The pods stack (source, PLEG, workers, runtime manager, status) over the fakes, in virtual
-time, wired by the daemon's own ``nodeagent.pods.managers.wire_pods``: ``FakeApiServer`` for
+time, wired by the daemon's own ``nodeagent.pods.pipeline.wire_pods``: ``FakeApiServer`` for
 the API and ``FakeRuntime`` for containerd, both on the event loop's clock, so back-off
 timings are exact."""
 
@@ -10,6 +10,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nodeagent.allocation import AllocationManager
@@ -18,7 +19,7 @@ from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pods.managers import wire_pods
+from nodeagent.pods.pipeline import wire_pods
 from nodeagent.pods.sync import PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,
@@ -107,6 +108,7 @@ async def running_stack(
     shutting_down: Callable[[], bool] = lambda: False,
     cgroups: PodCgroups | None = None,
     allocation: bool = False,
+    allocation_checkpoint: Path | None = None,
     sysctls: Allowlist = ALL_SAFE_SYSCTLS,
 ) -> AsyncIterator[Stack]:
     files = files or MemoryFiles()
@@ -137,6 +139,7 @@ async def running_stack(
         allocation=allocation,
         events=events,
         shutting_down=shutting_down,
+        allocation_state=allocation_checkpoint,
         sysctls=sysctls,
     )
     sync_loop, prober = pipeline.sync_loop, pipeline.prober

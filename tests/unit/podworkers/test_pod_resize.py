@@ -339,3 +339,33 @@ async def test_restart_container_policy_on_a_sidecar_restarts_it_and_keeps_the_a
         "ResizeStarted",
         "ResizeCompleted",
     ]
+
+
+async def test_a_deferred_resize_is_accepted_once_another_pod_leaves_the_api() -> None:
+    """Resize admission counts what admission counts: a pod force-deleted while its worker
+    still waits for its sandbox holds nothing any more (the kubelet's GetActivePods)."""
+    server = FakeApiServer()
+    runtime = make_runtime(server)
+    events = Events()
+    seed_node(server)
+    seed_web(server)
+    async with running_stack(server, runtime, events=events, allocation=True) as stack:
+        await until(lambda: stack.running("app"))
+        runtime.latency["RunPodSandbox"] = 600.0  # the next sandbox waits on a loaded CNI
+        other = container("app", command=["sleep", "3600"], requests={"cpu": "1500m"})
+        body = pod_object("other", node=NODE, containers=[other])
+        del body["metadata"]["uid"]
+        server.seed(PODS, body)
+        await until(lambda: runtime.calls.count("RunPodSandbox") == 2)
+        await resize(
+            stack,
+            {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}},
+        )
+        pending = await until(lambda: resize_condition(stack.pod("web"), "PodResizePending"))
+        assert pending["reason"] == "Deferred"
+        stack.server.remove(PODS, "other", "default")  # gone; its worker still waits
+        await until(
+            lambda: resize_condition(stack.pod("web"), "PodResizePending") is None,
+            within=120,
+        )
+    assert "ResizeStarted" in events.reasons()

@@ -1,0 +1,130 @@
+"""What ``nodeagent join`` leaves on the node once discovery has succeeded.
+
+Two files, as kubeadm's ``kubelet-start`` phase writes ``bootstrap-kubelet.conf`` and
+``kubeadm-flags.env``:
+
+- the **bootstrap kubeconfig** (0600) at ``node.bootstrapKubeconfig``, or beside
+  ``node.kubeconfig`` as ``bootstrap-kubeconfig`` when the config leaves it empty: kubeadm's
+  ``CreateWithToken`` shape (cluster ``kubernetes``, user ``tls-bootstrap-token-user``), the
+  server from the verified ``cluster-info``, the verified CA inline, the token as the
+  credential. The agent's credentials manager uses it for TLS bootstrap while
+  ``node.kubeconfig`` does not exist;
+- the **flags file** ``<rootDir>/join-flags.env``: ``NODEAGENT_JOIN_ARGS="..."`` with
+  ``--bootstrap-kubeconfig`` and the operator's ``--node-name`` / ``--node-ip`` as the agent's
+  flags. ``nodeagent.service`` reads it (``EnvironmentFile=``) and puts ``$NODEAGENT_JOIN_ARGS``
+  before the admin's ``$NODEAGENT_ARGS``, so a flag in ``/etc/default/nodeagent`` still wins.
+
+The bootstrap kubeconfig is written first: a flags file never points at a missing one.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from nodeagent.atomicfile import write_atomic
+from nodeagent.certificate.store import write_private
+from nodeagent.join.token import BootstrapToken, JoinError
+
+FLAGS_FILE: Final = "join-flags.env"
+FLAGS_VARIABLE: Final = "NODEAGENT_JOIN_ARGS"
+BOOTSTRAP_FILE: Final = "bootstrap-kubeconfig"
+CLUSTER_NAME: Final = "kubernetes"  # kubeadm's DefaultClusterName
+BOOTSTRAP_USER: Final = "tls-bootstrap-token-user"  # kubeadm's discovery TokenUser
+_SAFE: Final = re.compile(r"[^\s\"'\\$`]+")  # a systemd $VAR splits on whitespace, no quoting
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinPaths:
+    kubeconfig: Path  # written by TLS bootstrap, never by join
+    bootstrap_kubeconfig: Path
+    flags_file: Path
+
+    def written(self) -> tuple[Path, ...]:
+        return (self.bootstrap_kubeconfig, self.flags_file)
+
+
+def paths_for(*, kubeconfig: str, bootstrap_kubeconfig: str, root_dir: str) -> JoinPaths:
+    node_kubeconfig = Path(kubeconfig)
+    boot = (
+        Path(bootstrap_kubeconfig)
+        if bootstrap_kubeconfig
+        else node_kubeconfig.with_name(BOOTSTRAP_FILE)
+    )
+    return JoinPaths(
+        kubeconfig=node_kubeconfig,
+        bootstrap_kubeconfig=boot,
+        flags_file=Path(root_dir) / FLAGS_FILE,
+    )
+
+
+def agent_flags(paths: JoinPaths, *, node_name: str | None, node_ip: str | None) -> tuple[str, ...]:
+    """The ``nodeagent run`` flags the join decided, each one word (refused otherwise)."""
+    flags = [f"--bootstrap-kubeconfig={paths.bootstrap_kubeconfig}"]
+    if node_name:
+        flags.append(f"--hostname-override={node_name}")
+    if node_ip:
+        flags.append(f"--node-ip={node_ip}")
+    for flag in flags:
+        if not _SAFE.fullmatch(flag):
+            raise JoinError(
+                f"{flag!r} cannot go into {FLAGS_VARIABLE}: systemd splits it on whitespace "
+                "and does not unquote; choose a path or value without spaces or quotes"
+            )
+    return tuple(flags)
+
+
+def render_bootstrap_kubeconfig(*, server: str, ca_pem: bytes, token: BootstrapToken) -> str:
+    context = f"{BOOTSTRAP_USER}@{CLUSTER_NAME}"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode("ascii"),
+                    "server": server,
+                },
+            }
+        ],
+        "contexts": [
+            {"name": context, "context": {"cluster": CLUSTER_NAME, "user": BOOTSTRAP_USER}}
+        ],
+        "current-context": context,
+        "users": [{"name": BOOTSTRAP_USER, "user": {"token": token.value}}],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def render_flags_env(flags: Sequence[str]) -> str:
+    return (
+        "# Written by `nodeagent join`; read by nodeagent.service (EnvironmentFile=).\n"
+        "# Flags in NODEAGENT_ARGS (/etc/default/nodeagent) come after these and win.\n"
+        f'{FLAGS_VARIABLE}="{" ".join(flags)}"\n'
+    )
+
+
+def write_join_files(
+    paths: JoinPaths, *, server: str, ca_pem: bytes, token: BootstrapToken, flags: Sequence[str]
+) -> None:
+    write_private(
+        paths.bootstrap_kubeconfig,
+        render_bootstrap_kubeconfig(server=server, ca_pem=ca_pem, token=token).encode(),
+    )
+    write_atomic(paths.flags_file, render_flags_env(flags).encode(), mode=0o644, dir_mode=0o700)
+
+
+def read_flags_env(path: Path) -> tuple[str, ...]:
+    """The flags a flags file holds (for callers that start the agent without systemd)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == FLAGS_VARIABLE:
+            return tuple(value.strip().strip('"').split())
+    return ()
