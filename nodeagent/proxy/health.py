@@ -7,10 +7,15 @@ unless its Node is being deleted, is gone, or carries the cluster autoscaler's
 ``ToBeDeletedByClusterAutoscaler`` taint: ``/healthz`` answers 503 then (so load balancers
 drain the node), ``/livez`` does not look at the node.
 
-The bodies are kube-proxy's, byte for byte: ``/healthz``
-``{"lastUpdated": "<Go time>","currentTime": "<Go time>", "nodeEligible": true}``, ``/livez``
-the same without ``nodeEligible``; times are Go's ``time.Time.String()`` (with the monotonic
-``m=+`` reading, as kube-proxy prints them). A healthy answer reports ``lastUpdated`` as now.
+The bodies are kube-proxy's ``ProxyHealth`` as Go's ``json.Marshal`` writes it (compact, keys
+in struct order, times RFC 3339 with nanoseconds trimmed)::
+
+    {"lastUpdated":"...","currentTime":"...","nodeEligible":true,"healthy":true,
+     "status":{"IPv4":{"lastUpdated":"...","healthy":true}}}
+
+``lastUpdated`` is the latest successful sync of any family, or now when the answer is 200;
+``status`` has one entry per family synced at least once (left out before the first);
+``/livez`` has no ``nodeEligible``.
 
 :func:`service_health_body` is the per-Service health check (``healthCheckNodePort``): 200
 when the Service has ready endpoints on this node and the proxy is healthy, else 503, with the
@@ -25,24 +30,22 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nodeagent.proxy.model import IP_FAMILY_NAMES
+
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
-_ZERO = "0001-01-01 00:00:00 +0000 UTC"
-_PROCESS_START = time.monotonic()
+_ZERO = "0001-01-01T00:00:00Z"
 
 
-def go_time(moment: dt.datetime | None, monotonic: float | None = None) -> str:
-    """``time.Time.String()``: ``2006-01-02 15:04:05.999999999 -0700 MST`` in UTC, fraction
-    without trailing zeros, then `` m=+<seconds>`` when the time has a monotonic reading."""
+def go_json_time(moment: dt.datetime | None) -> str:
+    """A ``time.Time`` as Go's ``MarshalJSON`` writes it (RFC 3339, fraction without trailing
+    zeros; ``Z`` for UTC); None is Go's zero time."""
     if moment is None:
         return _ZERO
     u = moment.astimezone(dt.UTC)
-    text = u.strftime("%Y-%m-%d %H:%M:%S")
+    text = u.strftime("%Y-%m-%dT%H:%M:%S")
     if u.microsecond:
         text += f".{u.microsecond:06d}".rstrip("0")
-    text += " +0000 UTC"
-    if monotonic is not None:
-        text += f" m=+{monotonic - _PROCESS_START:.9f}"
-    return text
+    return text + "Z"
 
 
 class ProxyHealth:
@@ -56,7 +59,7 @@ class ProxyHealth:
         self._now = now
         self._monotonic = monotonic
         self.health_timeout = health_timeout
-        self._last_updated: dict[str, tuple[dt.datetime, float]] = {}
+        self._last_updated: dict[str, dt.datetime] = {}
         self._oldest_queued: dict[str, float] = {}
         self.node_eligible = True  # eligible while starting, until the Node says otherwise
 
@@ -67,7 +70,7 @@ class ProxyHealth:
     def updated(self, family: str) -> None:
         """``family``'s rules were synced successfully."""
         self._oldest_queued.pop(family, None)
-        self._last_updated[family] = (self._now(), self._monotonic())
+        self._last_updated[family] = self._now()
 
     def sync_node(self, node: Mapping[str, Any] | None) -> None:
         """Eligibility from the Node: not deleted, not being deleted, not tainted for deletion
@@ -78,38 +81,50 @@ class ProxyHealth:
         taints = (node.get("spec") or {}).get("taints") or []
         self.node_eligible = not any(t.get("key") == TO_BE_DELETED_TAINT for t in taints)
 
-    def is_healthy(self) -> tuple[bool, tuple[dt.datetime, float] | None]:
-        """Healthy, and the latest successful sync (None before the first)."""
+    def _families(self) -> dict[str, bool]:
+        """Healthy per family synced at least once: kube-proxy only judges those."""
         now = self._monotonic()
-        latest: tuple[dt.datetime, float] | None = None
-        for family, updated in self._last_updated.items():
-            if latest is None or updated[0] > latest[0]:
-                latest = updated
-            queued = self._oldest_queued.get(family)
-            if queued is not None and now - queued >= self.health_timeout:
-                return False, updated
-        return True, latest
+        return {
+            family: (queued := self._oldest_queued.get(family)) is None
+            or now - queued < self.health_timeout
+            for family in self._last_updated
+        }
+
+    def is_healthy(self) -> bool:
+        return all(self._families().values())
+
+    def _body(self, eligible: bool | None) -> tuple[int, str]:
+        families = self._families()
+        healthy = all(families.values())
+        ok = healthy and eligible is not False
+        now = self._now()
+        last = max(self._last_updated.values(), default=None)
+        body: dict[str, Any] = {
+            "lastUpdated": go_json_time(now if ok else last),
+            "currentTime": go_json_time(now),
+        }
+        if eligible is not None:
+            body["nodeEligible"] = eligible
+        body["healthy"] = healthy
+        if families:
+            body["status"] = {
+                IP_FAMILY_NAMES.get(f, f): {
+                    "lastUpdated": go_json_time(self._last_updated[f]),
+                    "healthy": good,
+                }
+                for f, good in sorted(
+                    families.items(), key=lambda i: IP_FAMILY_NAMES.get(i[0], i[0])
+                )
+            }
+        return (200 if ok else 503), json.dumps(body, separators=(",", ":"))
 
     def healthz(self) -> tuple[int, str]:
-        """(status, body) of ``/healthz``."""
-        eligible = self.node_eligible
-        healthy, last = self.is_healthy()
-        current = go_time(self._now(), self._monotonic())
-        ok = healthy and eligible
-        shown = current if ok else go_time(*last) if last else _ZERO
-        body = (
-            f'{{"lastUpdated": {json.dumps(shown)},"currentTime": {json.dumps(current)},'
-            f' "nodeEligible": {str(eligible).lower()}}}'
-        )
-        return (200 if ok else 503), body
+        """(status, body) of ``/healthz``: the proxy and the node."""
+        return self._body(self.node_eligible)
 
     def livez(self) -> tuple[int, str]:
         """(status, body) of ``/livez``: the proxy alone, whatever the node."""
-        healthy, last = self.is_healthy()
-        current = go_time(self._now(), self._monotonic())
-        shown = current if healthy else go_time(*last) if last else _ZERO
-        body = f'{{"lastUpdated": {json.dumps(shown)},"currentTime": {json.dumps(current)}}}'
-        return (200 if healthy else 503), body
+        return self._body(None)
 
 
 def service_health_body(namespace: str, name: str, local_endpoints: int, healthy: bool) -> str:

@@ -32,8 +32,8 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _answer(status: int, body: str) -> web.Response:
-    return web.Response(status=status, body=body.encode(), headers=_HEADERS)
+def _answer(status: int, body: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body.encode(), headers={**_HEADERS, **(headers or {})})
 
 
 async def serve_proxy_health(
@@ -118,12 +118,13 @@ class ServiceHealthServers:
     async def _open(self, name: ServiceName, port: int) -> _Check | None:
         async def handle(_request: web.Request) -> web.Response:
             count = self.local_endpoints(name)
-            if count is None:
-                raise web.HTTPNotFound()
-            healthy, _ = self.health.is_healthy()
+            if count is None:  # closed while this request came in: kube-proxy writes nothing
+                self.log.error("Received request for closed healthcheck", service=str(name))
+                return web.Response(status=200)
+            healthy = self.health.is_healthy()
             status = 200 if count and healthy else 503
             body = service_health_body(name.namespace, name.name, count, healthy)
-            return _answer(status, body)
+            return _answer(status, body, {"X-Load-Balancing-Endpoint-Weight": str(count)})
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", handle)

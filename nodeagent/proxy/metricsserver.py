@@ -29,8 +29,7 @@ from prometheus_client.registry import Collector
 from nodeagent.log import Logger, get_logger
 from nodeagent.proxy.healthserver import RETRY, split_host_port
 from nodeagent.proxy.metrics import Counter, Gauge, Histogram, ProxyMetrics
-
-FAMILY_LABELS = {"ip": "IPv4", "ip6": "IPv6"}
+from nodeagent.proxy.model import IP_FAMILY_NAMES
 
 
 class ProxyCollector(Collector):
@@ -38,7 +37,7 @@ class ProxyCollector(Collector):
 
     def __init__(self, metrics: Callable[[], ProxyMetrics | None], families: Sequence[str]):
         self._metrics = metrics
-        self._families = [FAMILY_LABELS.get(f, f) for f in families]
+        self._families = [IP_FAMILY_NAMES.get(f, f) for f in families]
 
     def collect(self) -> Iterator[Metric]:
         m = self._metrics()

@@ -18,6 +18,7 @@ from nodeagent.nft.objects import Family
 Protocol = Literal["tcp", "udp", "sctp"]
 PROTOCOLS: tuple[Protocol, ...] = ("tcp", "udp", "sctp")
 DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds, as the API defaults ClientIP timeoutSeconds
+IP_FAMILY_NAMES = {"ip": "IPv4", "ip6": "IPv6"}  # nft families as the API's IPFamily names them
 
 
 class ServiceName(NamedTuple):

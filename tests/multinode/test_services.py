@@ -238,6 +238,8 @@ def test_external_traffic_policy_local_keeps_the_client_address_and_only_local_n
             "localEndpoints": count,
             "serviceProxyHealthy": True,
         }, body
+        with urllib.request.urlopen(f"http://{n3.ip}:{hc}/", timeout=3) as response:
+            assert response.headers["X-Load-Balancing-Endpoint-Weight"] == "1"
 
 
 def test_load_balancer_ingress_ips_are_served(env: Env) -> None:
@@ -384,14 +386,17 @@ TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"
 
 
 def test_the_proxy_health_and_metrics_servers_answer_as_kube_proxys(env: Env) -> None:
-    """:10256 /healthz and /livez on the node's address with kube-proxy's JSON: 200 while the
-    rules are synced; /healthz 503 with nodeEligible false while the node carries the cluster
-    autoscaler's ToBeDeletedByClusterAutoscaler taint (load balancers drain it), /livez still
-    200. :10249 /metrics on the node's loopback has kube-proxy's metric names."""
+    """:10256 /healthz and /livez on the node's address with kube-proxy's JSON (its ProxyHealth:
+    healthy, a status per IP family): 200 while the rules are synced; /healthz 503 with
+    nodeEligible false while the node carries the cluster autoscaler's
+    ToBeDeletedByClusterAutoscaler taint (load balancers drain it), /livez still 200 and
+    without nodeEligible. :10249 /metrics on the node's loopback has kube-proxy's names."""
     plane, n2 = env.plane, env.node(2)
     status, body = _from_host(f"http://{n2.ip}:10256/healthz")
-    assert status == 200 and json.loads(body)["nodeEligible"] is True, body
-    assert set(json.loads(body)) == {"lastUpdated", "currentTime", "nodeEligible"}
+    health = json.loads(body)
+    assert status == 200 and health["nodeEligible"] is True and health["healthy"] is True, body
+    assert list(health) == ["lastUpdated", "currentTime", "nodeEligible", "healthy", "status"]
+    assert health["status"]["IPv4"]["healthy"] is True, body
     plane.kubectl("taint", "node", n2.name, f"{TO_BE_DELETED}=1:NoSchedule")
     try:
         status, body = wait(
@@ -400,7 +405,8 @@ def test_the_proxy_health_and_metrics_servers_answer_as_kube_proxys(env: Env) ->
             within=30,
         )
         assert json.loads(body)["nodeEligible"] is False, body
-        assert _from_host(f"http://{n2.ip}:10256/livez")[0] == 200
+        status, body = _from_host(f"http://{n2.ip}:10256/livez")
+        assert status == 200 and "nodeEligible" not in json.loads(body), body
     finally:
         plane.kubectl("taint", "node", n2.name, f"{TO_BE_DELETED}-", check=False)
     wait(

@@ -12,7 +12,7 @@ import prometheus_client
 from proxy_builders import NODE, endpoint, endpoint_slice, service
 
 from nodeagent.proxy.api import endpoints_by_port, health_check_node_port
-from nodeagent.proxy.health import ProxyHealth, go_time, service_health_body
+from nodeagent.proxy.health import ProxyHealth, go_json_time, service_health_body
 from nodeagent.proxy.healthserver import ServiceHealthServers
 from nodeagent.proxy.metrics import ProxyMetrics
 from nodeagent.proxy.metricsserver import ProxyCollector
@@ -35,36 +35,64 @@ class Clocks:
         return ProxyHealth(now=lambda: self.wall, monotonic=lambda: self.mono, health_timeout=60)
 
 
-def test_go_time_prints_as_gos_time_string() -> None:
-    assert go_time(None) == "0001-01-01 00:00:00 +0000 UTC"
-    assert go_time(T0) == "2026-11-27 23:30:00.12 +0000 UTC"
-    assert go_time(T0.replace(microsecond=0)) == "2026-11-27 23:30:00 +0000 UTC"
-    assert go_time(T0, 5.0).startswith("2026-11-27 23:30:00.12 +0000 UTC m=+")
+def test_times_print_as_gos_json_times() -> None:
+    assert go_json_time(None) == "0001-01-01T00:00:00Z"
+    assert go_json_time(T0) == "2026-11-27T23:30:00.12Z"
+    assert go_json_time(T0.replace(microsecond=0)) == "2026-11-27T23:30:00Z"
+    east = dt.timezone(dt.timedelta(hours=2))
+    assert go_json_time(T0.astimezone(east)) == "2026-11-27T23:30:00.12Z"
+
+
+def test_before_the_first_sync_the_proxy_is_healthy_with_no_status() -> None:
+    health = Clocks().health()
+    assert health.healthz() == (
+        200,
+        '{"lastUpdated":"2026-11-27T23:30:00.12Z","currentTime":"2026-11-27T23:30:00.12Z",'
+        '"nodeEligible":true,"healthy":true}',
+    )
+    assert health.livez() == (
+        200,
+        '{"lastUpdated":"2026-11-27T23:30:00.12Z","currentTime":"2026-11-27T23:30:00.12Z",'
+        '"healthy":true}',
+    )
 
 
 def test_the_proxy_is_healthy_until_a_queued_change_waits_past_the_timeout() -> None:
     clocks = Clocks()
     health = clocks.health()
-    status, body = health.healthz()
-    assert status == 200  # starting: healthy
-    assert json.loads(body)["nodeEligible"] is True
     health.updated("ip")
+    health.updated("ip6")
     health.queued("ip")
     clocks.advance(59)
     assert health.healthz()[0] == 200
     clocks.advance(1)
-    status, body = health.healthz()
-    assert status == 503
-    assert body == (
-        '{"lastUpdated": "2026-11-27 23:30:00.12 +0000 UTC m=+'
-        + body.split("m=+", 1)[1].split('"', 1)[0]
-        + '","currentTime": "'
-        + json.loads(body)["currentTime"]
-        + '", "nodeEligible": true}'
+    # kube-proxy's ProxyHealth: lastUpdated the latest sync of any family, status per family
+    assert health.healthz() == (
+        503,
+        '{"lastUpdated":"2026-11-27T23:30:00.12Z","currentTime":"2026-11-27T23:31:00.12Z",'
+        '"nodeEligible":true,"healthy":false,"status":{'
+        '"IPv4":{"lastUpdated":"2026-11-27T23:30:00.12Z","healthy":false},'
+        '"IPv6":{"lastUpdated":"2026-11-27T23:30:00.12Z","healthy":true}}}',
     )
-    assert health.livez()[0] == 503
+    status, body = health.livez()
+    assert status == 503 and "nodeEligible" not in json.loads(body)
     health.updated("ip")
-    assert health.healthz()[0] == 200 and health.livez()[0] == 200
+    status, body = health.healthz()
+    assert status == 200
+    assert json.loads(body)["lastUpdated"] == "2026-11-27T23:31:00.12Z"  # now, when healthy
+    assert json.loads(body)["status"]["IPv4"] == {
+        "lastUpdated": "2026-11-27T23:31:00.12Z",
+        "healthy": True,
+    }
+    assert health.livez()[0] == 200
+
+
+def test_a_change_queued_for_a_family_never_synced_does_not_make_the_proxy_unhealthy() -> None:
+    clocks = Clocks()
+    health = clocks.health()
+    health.queued("ip")
+    clocks.advance(600)
+    assert health.healthz()[0] == 200  # as kube-proxy: only families synced once are judged
 
 
 def test_a_node_being_deleted_or_tainted_for_deletion_fails_healthz_but_not_livez() -> None:
@@ -78,8 +106,9 @@ def test_a_node_being_deleted_or_tainted_for_deletion_fails_healthz_but_not_live
     ):
         health.sync_node(bad)
         status, body = health.healthz()
-        assert status == 503 and json.loads(body)["nodeEligible"] is False, bad
-        assert json.loads(body)["lastUpdated"] == "0001-01-01 00:00:00 +0000 UTC"
+        assert status == 503, bad
+        assert json.loads(body)["nodeEligible"] is False and json.loads(body)["healthy"] is True
+        assert json.loads(body)["lastUpdated"] == "0001-01-01T00:00:00Z"
         assert health.livez()[0] == 200
     health.sync_node(node)
     assert health.healthz()[0] == 200
@@ -120,10 +149,12 @@ async def test_a_health_check_node_port_answers_200_with_local_endpoints_and_503
             async with session.get(f"http://127.0.0.1:{port}/") as r:
                 assert r.status == 200
                 assert r.headers["Content-Type"] == "application/json"
+                assert r.headers["X-Load-Balancing-Endpoint-Weight"] == "1"
                 assert json.loads(await r.text())["localEndpoints"] == 1
             await servers.sync({name: port}, {})
             async with session.get(f"http://127.0.0.1:{port}/anything") as r:
                 assert r.status == 503
+                assert r.headers["X-Load-Balancing-Endpoint-Weight"] == "0"
                 assert json.loads(await r.text()) == {
                     "service": {"namespace": "ns", "name": "web"},
                     "localEndpoints": 0,
