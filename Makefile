@@ -23,6 +23,7 @@ help:
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
 	@echo "make conformance [PEER=kubelet] [SELECTION=node|storage]  the e2e node/network and storage specs against make up's cluster"
+	@echo "make conformance NODES=3 [PEER=kubelet]  [Conformance] + node/network specs on 3 nodes"
 
 # --- setup --------------------------------------------------------------------------------------
 
@@ -131,6 +132,7 @@ docs: venv
 # Benchmarks print tables; run by hand, never by `make test` (docs/benchmarks.md).
 # The Kubernetes e2e node and network specs against `make up`'s cluster (docs/conformance.md).
 # PEER=kubelet runs them with the reference kubelet + kube-proxy as the node instead.
+# NODES=3: the whole [Conformance] set too, on a 3-node cluster of the run's own (not make up's).
 PEER ?= nodeagent
 # SELECTION=node (node conformance + sig-network), storage (the CSI hostpath and in-tree
 # local/hostPath drivers' sig-storage specs) or all (both, one after the other).
@@ -142,7 +144,7 @@ e2e-suite: venv
 
 .PHONY: conformance
 conformance: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER) --selection $(SELECTION)
+	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER) --nodes $(NODES) --selection $(SELECTION)
 
 # The specs that pass with nodeagent today (tests/conformance/ci-specs.txt); fails on any failure.
 .PHONY: conformance-ci

@@ -48,7 +48,8 @@ Outside the tree, deliberately:
   apiserver's JSON patch), volumemanager.affinity.AffinityError (a PV's node affinity that
   does not match, or cannot be read), config.credentialproviders.ProviderConfigError (the
   plugin configuration file), credentialprovider.dockerconfig.DockerConfigError (a pull
-  secret's content), kuberuntime.pullrecords.RecordError (a pull record file on disk).
+  secret's content), kuberuntime.pullrecords.RecordError (a pull record file on disk),
+  gotext.DurationRangeError (a Go duration beyond int64).
 - A result carried from a helper to its caller in the same manager, already worded as the
   kubelet's message or status, never reported as an error of its own:
   kuberuntime.images.ImageFailure (a container failure and when to retry),
@@ -63,7 +64,10 @@ Outside the tree, deliberately:
   prober.http._HttpError (private to the HTTP probe),
   kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
   credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
-  the plugin requires: the pull goes on without that plugin's credentials).
+  the plugin requires: the pull goes on without that plugin's credentials),
+  gotext._Invalid (private to the duration parser: which part of a duration is wrong),
+  beneath.NotBeneath (an ``OSError``: a path that leaves its directory or goes through a
+  symlink; ``/logs/`` answers 404).
 - A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and

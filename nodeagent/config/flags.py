@@ -151,6 +151,22 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(("--root-dir",), "root_dir", "node.rootDir", _path, "state directory", "PATH"),
     Flag(
+        ("--registry-qps",),
+        "registry_qps",
+        "kubelet.registryPullQPS",
+        _int,
+        "image pulls started per second (0: no limit)",
+        "N",
+    ),
+    Flag(
+        ("--registry-burst",),
+        "registry_burst",
+        "kubelet.registryBurst",
+        _int,
+        "image pulls that may start at once above --registry-qps",
+        "N",
+    ),
+    Flag(
         ("--image-credential-provider-config",),
         "image_credential_provider_config",
         "node.imageCredentialProviderConfigPath",

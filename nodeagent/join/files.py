@@ -20,7 +20,6 @@ The bootstrap kubeconfig is written first: a flags file never points at a missin
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Final
 
 import yaml
 
+from nodeagent.atomicfile import write_atomic
 from nodeagent.certificate.store import write_private
 from nodeagent.join.token import BootstrapToken, JoinError
 
@@ -118,25 +118,7 @@ def write_join_files(
         paths.bootstrap_kubeconfig,
         render_bootstrap_kubeconfig(server=server, ca_pem=ca_pem, token=token).encode(),
     )
-    _write_public(paths.flags_file, render_flags_env(flags).encode())
-
-
-def _write_public(path: Path, data: bytes) -> None:
-    """Atomically, 0644 (no secret in it), never through a planted symlink."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(paths.flags_file, render_flags_env(flags).encode(), mode=0o644, dir_mode=0o700)
 
 
 def read_flags_env(path: Path) -> tuple[str, ...]:

@@ -85,7 +85,7 @@ class FinalStatus:
 
     reason: str
     message: str
-    condition: Mapping[str, str] | None = None
+    condition: Mapping[str, Any] | None = None
 
     def apply(self, status: dict[str, Any]) -> dict[str, Any]:
         out = {**status, "phase": "Failed", "reason": self.reason, "message": self.message}

@@ -68,6 +68,12 @@ def volume_path(root_dir: str | Path, uid: str, volume: Volume) -> Path:
     return pod_dir(root_dir, uid) / "volumes" / plugin / volume.name
 
 
+def plugin_meta_dir(root_dir: str | Path, uid: str, volume: Volume) -> Path:
+    """``<podDir>/plugins/kubernetes.io~<plugin>/<name>``: the kubelet's per-volume metadata
+    (its ``ready`` mark), out of the containers' reach."""
+    return pod_dir(root_dir, uid) / "plugins" / PLUGIN_DIRS[volume.source] / volume.name
+
+
 def on_tmpfs(volume: Volume) -> bool:
     if volume.empty_dir is not None:
         return volume.empty_dir.medium == MEMORY_MEDIUM

@@ -6,7 +6,8 @@ for every volume (a hostPath volume is the host path, after its ``type`` check):
 disk, or on tmpfs for ``medium: Memory``; configMap and downwardAPI on disk, secret and
 projected on tmpfs, their files written by the :class:`ContentSource` on every call so updates
 reach running pods (its writer applies ``fsGroup`` to them, as the kubelet's); ``fsGroup``
-ownership of emptyDirs (``ownership.py``). It never raises for a
+ownership of emptyDirs (``ownership.py``), once: the kubelet's ``ready`` mark on disk
+(``readymark.py``) keeps a restarted agent from walking them again. It never raises for a
 volume: the result names each volume that failed with the ``FailedMount`` text, whether the pod
 may start containers (every volume set up once), and when to try again (0.5 s doubling to
 2 min 2 s, the kubelet's volume operation back-off). A source the node does not set up
@@ -39,7 +40,7 @@ from nodeagent.kuberuntime.env import ContainerConfigError
 from nodeagent.kuberuntime.mounts import HostMount
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, Volume
-from nodeagent.volumemanager import layout, subpath
+from nodeagent.volumemanager import layout, readymark, subpath
 from nodeagent.volumemanager.claimed import ClaimedVolumes, CsiVolumes
 from nodeagent.volumemanager.claims import ClaimResolver, uses_claim
 from nodeagent.volumemanager.hostpath import check_host_path
@@ -61,6 +62,7 @@ VOLUME_DIR_MODE: Final = 0o777
 DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 VOLUMES: Final = "volumes"
 SUBPATHS: Final = "volume-subpaths"
+PLUGINS: Final = "plugins"
 
 
 @dataclass
@@ -256,6 +258,20 @@ def _make_volume_dir(path: Path) -> None:
     _make_dir(path, VOLUME_DIR_MODE)
 
 
+def _still_ready(path: Path, meta: Path, mounts: Sequence[str], tmpfs: bool) -> bool:
+    """The volume was set up (and owned) before, by this agent or an earlier one: its ready
+    mark is on disk and its directory still there (else the mark goes), its tmpfs still
+    mounted for ``medium: Memory`` (a new one is set up again), as the kubelet's."""
+    if not readymark.is_ready(meta):
+        return False
+    if tmpfs:
+        return os.path.realpath(path) in mounts
+    if os.path.lexists(path):
+        return True
+    readymark.clear(meta)
+    return False
+
+
 def _list_pod_dirs(root_dir: str) -> list[str]:
     try:
         entries = list(os.scandir(layout.pods_dir(root_dir)))
@@ -404,6 +420,12 @@ class VolumeManager:
             await asyncio.to_thread(check_host_path, volume.host_path.path, volume.host_path.type)
             return volume.host_path.path
         path = layout.volume_path(self._root, pod.uid, volume)
+        meta = layout.plugin_meta_dir(self._root, pod.uid, volume)
+        owned = volume.name in state.owned
+        if not owned and volume.empty_dir is not None:
+            owned = await asyncio.to_thread(
+                _still_ready, path, meta, mounts, layout.on_tmpfs(volume)
+            )
         try:
             await asyncio.to_thread(_make_volume_dir, path)
         except OSError as e:
@@ -418,9 +440,10 @@ class VolumeManager:
             except Exception as e:
                 raise VolumeSetupError(failure_message(e)) from e
             # fsGroup: the content writer owns its files, as the kubelet's atomic writer does
-        elif volume.name not in state.owned:
+        elif not owned:
             await self._own(pod, volume, path, read_only=False)
-            state.owned.add(volume.name)
+            await asyncio.to_thread(readymark.set_ready, meta)
+        state.owned.add(volume.name)
         return str(path)
 
     async def _mount_tmpfs(self, pod: Pod, volume: Volume, path: Path, mounts: list[str]) -> None:
@@ -500,7 +523,7 @@ class VolumeManager:
                 "Pod directory kept: mounts remain below it", pod_uid=uid, mounts=",".join(left)
             )
             return False
-        doomed = [path / VOLUMES, path / SUBPATHS] if keep_pod_dir else [path]
+        doomed = [path / VOLUMES, path / SUBPATHS, path / PLUGINS] if keep_pod_dir else [path]
         try:
             for tree in doomed:
                 if await asyncio.to_thread(os.path.lexists, tree):

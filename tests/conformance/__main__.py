@@ -5,6 +5,7 @@ cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
     PYTHONPATH=tests .venv/bin/python -m conformance build
     PYTHONPATH=tests .venv/bin/python -m conformance run [--peer kubelet] [--procs 8] [--ci]
                                                          [--selection node|storage|all]
+                                                         [--nodes N]
                                                          [--focus REGEX] [--no-docs]
     PYTHONPATH=tests .venv/bin/python -m conformance report      # re-render docs/conformance.md
 
@@ -18,12 +19,15 @@ its own, none touches the full run's; the storage selection's directories are na
 (``<peer>-storage.json``) and re-renders ``docs/conformance.md`` from both peers' saved
 runs (`conformance.report`). ``--ci`` runs only the specs listed in
 ``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today) and touches no docs;
-nor does ``--focus``.
+nor does ``--focus``. ``--nodes N`` (N > 1) runs the node selection on a cluster of N nodes of
+the run's own (`conformance.multinode`), saved as ``<peer>-<N>nodes``; the storage selection
+runs on ``make up``'s node only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -32,13 +36,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from harness import csi_hostpath
 from harness import up as harness_up
-from harness.controlplane import attach
+from harness.controlplane import ControlPlane, attach
 from harness.versions import cache_dir, load_versions
 
 from conformance import images, report, storage, suite
@@ -49,6 +54,13 @@ CI_SPECS = Path(__file__).with_name("ci-specs.txt")
 # Networking / DNS specs; nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
+# On several nodes (NODES=3): the whole [Conformance] set (what a cluster must pass to be
+# certified, [Slow] ones included) plus the node and network specs above; nothing serial,
+# disruptive or flaky. Ginkgo's label filter keeps [Slow] and [Feature:...] specs out unless
+# they are [Conformance] (RE2 has no look-ahead to say so in --skip).
+MULTI_FOCUS = r"\[Conformance\]|" + FOCUS
+MULTI_SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]"
+MULTI_LABELS = "Conformance || (!Slow && !/Feature:.*/)"
 # Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of
 # the failing specs), not CPU: 12 processes keep the 2 cores busy without starving the node
 # (containerd, runc and the node agent share them); the issue's first run used 10. Each process
@@ -197,7 +209,13 @@ def suite_timeout(value: str, now: datetime.datetime) -> str:
 
 
 def dry_run(
-    e2e_test: Path, *, focus: str, work: Path, env: dict[str, str], skip: str = SKIP
+    e2e_test: Path,
+    *,
+    focus: str,
+    work: Path,
+    env: dict[str, str],
+    skip: str = SKIP,
+    labels: str = "",
 ) -> set[str]:
     """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
     argv = [
@@ -205,6 +223,7 @@ def dry_run(
         "--ginkgo.dry-run",
         f"--ginkgo.focus={focus}",
         f"--ginkgo.skip={skip}",
+        *([f"--ginkgo.label-filter={labels}"] if labels else []),
         "--provider=skeleton",
         f"--report-dir={work}",
     ]
@@ -215,16 +234,47 @@ def dry_run(
 SELECTIONS = ("node", "storage")
 
 
-def saved_run_path(docs: Path, peer: str, selection: str) -> Path:
+def saved_run_path(docs: Path, column: str, selection: str) -> Path:
     """Where a full run of `selection` is saved (the node selection keeps its old name)."""
     suffix = "" if selection == "node" else f"-{selection}"
-    return docs / "conformance" / f"{peer}{suffix}.json"
+    return docs / "conformance" / f"{column}{suffix}.json"
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace, work: Path) -> Iterator[tuple[ControlPlane, str]]:
+    """(control plane, registry host) of the run's cluster, with the run's peer as its nodes:
+    `make up`'s single node, or a multi-node cluster of the run's own."""
+    if args.nodes > 1:
+        from conformance.multinode import run_cluster
+
+        with run_cluster(nodes=args.nodes, peer=args.peer, work=work) as c:
+            yield c.plane, c.registry_host
+        return
+    if harness_up.up() != 0:
+        raise SystemExit("`make up` failed")
+    directory = harness_up.state_dir()
+    state = harness_up.read_state(directory)
+    if not state or "registry" not in (state.get("runtime") or {}):
+        raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
+    plane = attach(state["control_plane"])
+    node: AbstractContextManager[object] = nullcontext()
+    if args.peer == "kubelet":
+        from conformance.peer import kubelet_node
+
+        node = kubelet_node(plane, state, directory=directory, work=work)
+    try:
+        with node:
+            yield plane, state["runtime"]["registry"]
+    finally:
+        if args.peer == "kubelet":
+            harness_up.write_state(directory, state)
 
 
 def run(args: argparse.Namespace) -> int:
     selections = SELECTIONS if args.selection == "all" else (args.selection,)
-    if args.ci and selections != ("node",):
-        selections = ("node",)  # the CI subset is the node selection's
+    if (args.ci or args.nodes > 1) and selections != ("node",):
+        # the CI subset is the node selection's; the storage selection runs on make up's node
+        selections = ("node",)
     worst = 0
     for selection in selections:
         worst = max(worst, run_selection(args, selection))
@@ -238,14 +288,16 @@ def selection_args(
     built: suite.Suite,
     module: Path,
     registry_host: str,
-    state: dict[str, Any],
     work: Path,
     env: dict[str, str],
-) -> tuple[str, str, list[str]]:
-    """The focus, skip and extra e2e.test flags of a selection; the storage selection also
-    pushes the CSI hostpath driver's images under the suite's names."""
+) -> tuple[str, str, str, list[str]]:
+    """The focus, skip, label filter and extra e2e.test flags of a selection; the storage
+    selection also pushes the CSI hostpath driver's images under the suite's names."""
     if selection != "storage":
-        return ci_focus() if args.ci else (args.focus or FOCUS), SKIP, []
+        multi = args.nodes > 1
+        focus = ci_focus() if args.ci else (args.focus or (MULTI_FOCUS if multi else FOCUS))
+        skip, labels = (MULTI_SKIP, MULTI_LABELS) if multi else (SKIP, "")
+        return focus, skip, labels, []
     focus = args.focus or storage.FOCUS
     names = storage.selected_names(
         built.e2e_test, focus=focus, skip=storage.BASE_SKIP, work=work / "pre-dry-run", env=env
@@ -254,12 +306,12 @@ def selection_args(
     say(f"{len(pushed)} CSI hostpath images pushed under the suite's names")
     from conformance.peer import KUBELET_ROOT
 
-    root = (
-        KUBELET_ROOT
-        if args.peer == "kubelet"
-        else csi_hostpath.node_root_dir(Path(state["node"]["config"]))
-    )
-    return focus, storage.skip_for(names), [f"--kubelet-root-dir={root}"]
+    if args.peer == "kubelet":
+        root = KUBELET_ROOT
+    else:
+        state: dict[str, Any] = harness_up.read_state(harness_up.state_dir()) or {}
+        root = csi_hostpath.node_root_dir(Path(state["node"]["config"]))
+    return focus, storage.skip_for(names), "", [f"--kubelet-root-dir={root}"]
 
 
 def run_selection(args: argparse.Namespace, selection: str) -> int:
@@ -267,93 +319,83 @@ def run_selection(args: argparse.Namespace, selection: str) -> int:
     at_commit = commit()  # the code the node runs: taken before the run, not after
     load_at_start = machine()
     built = suite.ensure_suite()
-    if harness_up.up() != 0:
-        raise SystemExit("`make up` failed")
-    directory = harness_up.state_dir()
-    state = harness_up.read_state(directory)
-    if not state or "registry" not in (state.get("runtime") or {}):
-        raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
-    plane = attach(state["control_plane"])
-    registry_host = state["runtime"]["registry"]
     module = suite.module_source(load_versions())
-    pushed = images.push_all(registry_host, agnhost=built.agnhost, nc=built.nc, module=module)
-    say(f"{len(pushed)} e2e images pushed to {registry_host}")
+    column = report.column(args.peer, args.nodes)
     kind = "ci" if args.ci else "focus" if args.focus else "full"
-    peer_dir = args.peer if selection == "node" else f"{args.peer}-{selection}"
-    work = run_dir(cache_dir() / "conformance", peer_dir, kind, datetime.datetime.now(datetime.UTC))
+    run_name = column if selection == "node" else f"{column}-{selection}"
+    work = run_dir(cache_dir() / "conformance", run_name, kind, datetime.datetime.now(datetime.UTC))
     say(f"this run's reports ({selection} selection): {work}")
-    repo_list = work / "repo-list.yaml"
-    repo_list.write_text(images.repo_list(registry_host))
-    env = dict(
-        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
-    )
-
-    focus, skip, extra = selection_args(
-        args, selection, built=built, module=module, registry_host=registry_host,
-        state=state, work=work, env=env,
-    )  # fmt: skip
-    argv = [
-        str(built.ginkgo),
-        f"--procs={args.procs}",
-        f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
-        "--no-color",
-        "--silence-skips",
-        f"--output-dir={work}",
-        f"--focus={focus}",
-        f"--skip={skip}",
-        str(built.e2e_test),
-        "--",
-        f"--kubeconfig={plane.admin_kubeconfig}",
-        "--provider=skeleton",
-        "--disable-log-dump",
-        "--dump-logs-on-failure=false",
-        f"--e2e-output-dir={work}",
-        f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
-        "--minStartupPods=0",
-        *extra,
-    ]
-    node: AbstractContextManager[object] = nullcontext()
-    if args.peer == "kubelet":
-        from conformance.peer import kubelet_node
-
-        node = kubelet_node(plane, state, directory=directory, work=work)
-    with node:
+    with _cluster(args, work) as (plane, registry_host):
+        pushed = images.push_all(registry_host, agnhost=built.agnhost, nc=built.nc, module=module)
+        say(f"{len(pushed)} e2e images pushed to {registry_host}")
+        repo_list = work / "repo-list.yaml"
+        repo_list.write_text(images.repo_list(registry_host))
+        env = dict(
+            os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
+        )
+        focus, skip, labels, extra = selection_args(
+            args, selection, built=built, module=module, registry_host=registry_host,
+            work=work, env=env,
+        )  # fmt: skip
+        argv = [
+            str(built.ginkgo),
+            f"--procs={args.procs}",
+            f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
+            "--no-color",
+            "--silence-skips",
+            f"--output-dir={work}",
+            f"--focus={focus}",
+            f"--skip={skip}",
+            *([f"--label-filter={labels}"] if labels else []),
+            str(built.e2e_test),
+            "--",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--provider=skeleton",
+            "--disable-log-dump",
+            "--dump-logs-on-failure=false",
+            f"--e2e-output-dir={work}",
+            f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
+            "--minStartupPods=0",
+            *extra,
+        ]
         say(
-            f"running the e2e suite ({selection}) with {args.peer} as the node"
+            f"running the e2e suite ({selection}) with {args.peer} on {args.nodes} node(s)"
             f" ({args.procs} processes); log {work}/ginkgo.log"
         )
         started = time.monotonic()
         with (work / "ginkgo.log").open("w") as log:
             done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
         seconds = time.monotonic() - started
-    if args.peer == "kubelet":
-        harness_up.write_state(directory, state)
     junit = work / "junit_01.xml"
-    selected = dry_run(built.e2e_test, focus=focus, skip=skip, work=work / "dry-run", env=env)
+    selected = dry_run(
+        built.e2e_test, focus=focus, work=work / "dry-run", env=env, skip=skip, labels=labels
+    )
     if not junit.is_file():
         print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
         raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
     results = report.parse_junit(junit, selected=selected)
     counts = {s: sum(1 for r in results if r.status == s) for s in ("passed", "failed", "skipped")}
-    say(f"{len(results)} specs in {seconds / 60:.1f} min: {counts} (JUnit {junit})")
+    say(
+        f"{len(results)} specs in {seconds / 60:.1f} min: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['skipped']} skipped (JUnit {junit})"
+    )
     if args.ci:
         return 0 if counts["failed"] == 0 and results else 1
     if args.focus or args.no_docs:
         return 0
-    docs = REPO / "docs"
-    report.save_run(
-        saved_run_path(docs, args.peer, selection),
-        report.Run(
-            peer=args.peer,
-            started=started_wall,
-            machine=load_at_start,
-            commit=at_commit,
-            seconds=round(seconds),
-            procs=args.procs,
-            results=tuple(results),
-            note=args.note,
-        ),
+    record = report.Run(
+        peer=args.peer,
+        started=started_wall,
+        machine=load_at_start,
+        commit=at_commit,
+        seconds=round(seconds),
+        procs=args.procs,
+        results=tuple(results),
+        note=args.note,
+        nodes=args.nodes,
     )
+    docs = REPO / "docs"
+    report.save_run(saved_run_path(docs, column, selection), record)
     report.main([str(docs)])
     say(f"wrote {docs / 'conformance.md'}")
     return 0
@@ -384,6 +426,9 @@ def main(argv: list[str]) -> int:
     r.add_argument("--no-docs", action="store_true")
     r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
     r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")
+    r.add_argument(
+        "--nodes", type=int, default=1, help="N > 1: a cluster of N nodes of the run's own"
+    )
     args = parser.parse_args(argv)
     if args.command == "build":
         suite.ensure_suite()

@@ -162,7 +162,7 @@ def kubelet_node(
         approve_serving_csr(
             plane, name, kubelet, issued=root / "pki" / "kubelet-server-current.pem"
         )
-        _wait_ready(plane, name, kubelet)
+        wait_ready(plane, name, kubelet)
         yield name
     finally:
         for proc in reversed(started):
@@ -203,7 +203,7 @@ def approve_serving_csr(
         time.sleep(1)
 
 
-def _wait_ready(plane: ControlPlane, name: str, proc: processes.Proc) -> None:
+def wait_ready(plane: ControlPlane, name: str, proc: processes.Proc) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         got = plane.kubectl("get", "node", name, "-o", "json", check=False)

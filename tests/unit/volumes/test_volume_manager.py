@@ -201,6 +201,59 @@ async def test_fs_group_is_applied_to_empty_dirs(manager: VolumeManager, tmp_pat
     assert stat.S_IMODE(path.stat().st_mode) == 0o2777
 
 
+async def test_an_owned_empty_dir_is_not_walked_again_after_a_restart(
+    tmp_path: Path, mounter: FakeMounter, content: FakeContentSource
+) -> None:
+    """Once an emptyDir is set up, its ``ready`` mark (the kubelet's, under the pod's
+    ``plugins/kubernetes.io~empty-dir/<name>``) is on disk: an agent started again does not
+    walk the volume a running container controls; a volume directory that disappeared is
+    set up, and walked, again."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a group needs root")
+
+    def agent() -> VolumeManager:
+        return VolumeManager(root_dir=str(tmp_path / "root"), content=content, mounter=mounter)
+
+    p = pod("p", uid=UID, securityContext={"fsGroup": 3456},
+            volumes=[{"name": "e", "emptyDir": {}}])  # fmt: skip
+    await agent().set_up(p)
+    ready = tmp_path / "root" / "pods" / UID / "plugins" / "kubernetes.io~empty-dir" / "e" / "ready"
+    assert stat.S_ISREG(ready.lstat().st_mode)
+    written = vol_dir(tmp_path, "empty-dir", "e") / "by-the-container"
+    written.write_text("x")
+    os.chown(written, -1, 99)
+    result = await agent().set_up(p)  # the agent restarted
+    assert result.ready
+    assert written.stat().st_gid == 99  # not walked again
+
+    remove_tree(str(vol_dir(tmp_path, "empty-dir", "e")))
+    await agent().set_up(p)
+    assert vol_dir(tmp_path, "empty-dir", "e").stat().st_gid == 3456
+
+
+async def test_a_memory_empty_dir_is_owned_again_on_a_new_tmpfs(
+    tmp_path: Path, mounter: FakeMounter, content: FakeContentSource
+) -> None:
+    """``medium: Memory``: the mark holds while its tmpfs is mounted; a new tmpfs (after a
+    reboot) is owned again."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a group needs root")
+
+    def agent() -> VolumeManager:
+        return VolumeManager(root_dir=str(tmp_path / "root"), content=content, mounter=mounter)
+
+    p = pod("p", uid=UID, securityContext={"fsGroup": 3456},
+            volumes=[{"name": "m", "emptyDir": {"medium": "Memory"}}])  # fmt: skip
+    path = vol_dir(tmp_path, "empty-dir", "m")
+    await agent().set_up(p)
+    os.chown(path, -1, 99)  # as if a container or another owner had changed it
+    await agent().set_up(p)
+    assert path.stat().st_gid == 99  # still mounted: not walked again
+    await mounter.unmount(str(path.resolve()))
+    await agent().set_up(p)
+    assert path.stat().st_gid == 3456
+
+
 async def test_tear_down_unmounts_and_removes_without_following_links(
     manager: VolumeManager, mounter: FakeMounter, content: FakeContentSource, tmp_path: Path
 ) -> None:
