@@ -22,7 +22,8 @@ help:
 	@echo "make packages  build the .deb and .rpm into dist/ and lint them (lintian, rpmlint)"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
-	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
+	@echo "make conformance [PEER=kubelet] [SELECTION=node|storage]  the e2e node/network and storage specs against make up's cluster"
+	@echo "make conformance NODES=3 [PEER=kubelet]  [Conformance] + node/network specs on 3 nodes"
 
 # --- setup --------------------------------------------------------------------------------------
 
@@ -52,7 +53,7 @@ $(VENV_STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml | $(
 
 .PHONY: lint
 lint: venv
-	$(VENV)/bin/ruff check nodeagent tests bench cri_protos packaging
+	$(VENV)/bin/ruff check nodeagent tests bench cri_protos csi_protos packaging
 	$(VENV)/bin/ruff format --check nodeagent tests bench packaging
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
@@ -69,12 +70,18 @@ binaries: venv
 peers: venv
 	PYTHONPATH=tests $(PY) -m harness build --peers
 
+.PHONY: csi
+csi: venv
+	PYTHONPATH=tests $(PY) -m harness csi-build
+
 .PHONY: images
 images: venv
 	PYTHONPATH=tests $(PY) -m harness.images build
 
+# csi: the CSI tests' driver and sidecars, built before the tests rather than inside the first
+# one's timeout (cached; a cold build is long: README's table)
 .PHONY: integration
-integration: venv binaries
+integration: venv binaries csi
 	$(PYTEST) tests/integration -q
 
 # Multi-node: a 3-node cluster of the tests' own (tests/multinode). `make test` runs the smoke
@@ -125,7 +132,11 @@ docs: venv
 # Benchmarks print tables; run by hand, never by `make test` (docs/benchmarks.md).
 # The Kubernetes e2e node and network specs against `make up`'s cluster (docs/conformance.md).
 # PEER=kubelet runs them with the reference kubelet + kube-proxy as the node instead.
+# NODES=3: the whole [Conformance] set too, on a 3-node cluster of the run's own (not make up's).
 PEER ?= nodeagent
+# SELECTION=node (node conformance + sig-network), storage (the CSI hostpath and in-tree
+# local/hostPath drivers' sig-storage specs) or all (both, one after the other).
+SELECTION ?= all
 
 .PHONY: e2e-suite
 e2e-suite: venv
@@ -133,7 +144,7 @@ e2e-suite: venv
 
 .PHONY: conformance
 conformance: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER)
+	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER) --nodes $(NODES) --selection $(SELECTION)
 
 # The specs that pass with nodeagent today (tests/conformance/ci-specs.txt); fails on any failure.
 .PHONY: conformance-ci
@@ -147,6 +158,7 @@ bench-node: venv binaries peers
 .PHONY: gen
 gen: venv
 	cri_protos/generate.sh
+	csi_protos/generate.sh
 
 # --- local cluster ------------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ kubelet's: Event messages, waiting reasons, API timestamps, log values.
   ``metav1.MicroTime`` (six fraction digits), :func:`rfc3339_nano_fixed` the CRI log and
   ``kubernetes.io/config.seen`` form (nine fraction digits); :func:`parse_rfc3339` reads any of
   them back. A naive datetime is taken as UTC.
+- :func:`grpc_code` is ``codes.Code.String()`` of a gRPC status named as grpc-python names it
+  (``DEADLINE_EXCEEDED`` -> ``DeadlineExceeded``, ``CANCELLED`` -> ``Canceled``).
 """
 
 from __future__ import annotations
@@ -284,3 +286,13 @@ def parse_rfc3339(text: object) -> dt.datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+_GRPC_CODE_NAMES: Final = {"OK": "OK", "CANCELLED": "Canceled"}
+
+
+def grpc_code(name: str | None) -> str:
+    """Go's name of the gRPC status code grpc-python calls ``name`` (``Unknown`` for None)."""
+    if name is None:
+        return "Unknown"
+    return _GRPC_CODE_NAMES.get(name) or "".join(p.capitalize() for p in name.split("_"))

@@ -26,7 +26,7 @@ CACHE=${NODEAGENT_CACHE:-$HOME/.cache/nodeagent}/packaging
 RELEASE=${NODEAGENT_RELEASE:-1}
 KEEP_VENVS=3
 # What goes into the project wheel, relative to the repo (tests and tools stay out).
-SOURCES=(pyproject.toml LICENSE nodeagent cri_protos)
+SOURCES=(pyproject.toml LICENSE nodeagent cri_protos csi_protos)
 
 log() { printf '>>> %s\n' "$*" >&2; }
 die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }

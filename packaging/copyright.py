@@ -40,7 +40,7 @@ Comment: nodeagent is packaged as a self-contained Python virtual environment in
  own license as declared in its metadata; the full text of each license is installed with the
  distribution, in the .dist-info directory named in its paragraph.
 
-Files: {SITE}/nodeagent/* {SITE}/cri_protos/*
+Files: {SITE}/nodeagent/* {SITE}/cri_protos/* {SITE}/csi_protos/*
 Copyright: 2026 The nodeagent authors
 License: Apache-2.0
 """

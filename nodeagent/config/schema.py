@@ -111,6 +111,15 @@ class ProxyConfiguration(Section, frozen=True):
             "a ClusterIP is masqueraded. Empty: only `masqueradeAll` masquerades."
         ),
     ] = field(name="clusterCIDR", default="")
+    detect_local_mode: Annotated[
+        str,
+        doc(
+            "How traffic from this cluster's pods is told apart (kube-proxy's "
+            "`detectLocalMode`): `ClusterCIDR` (from `clusterCIDR`) or `NodeCIDR` (from the "
+            "Node's `spec.podCIDRs`, waited for at start). Traffic from elsewhere to a "
+            "ClusterIP is masqueraded."
+        ),
+    ] = "ClusterCIDR"
     service_cidr: Annotated[
         str,
         doc(
@@ -139,6 +148,20 @@ class ProxyConfiguration(Section, frozen=True):
     masquerade_bit: Annotated[
         int, doc("Packet mark bit (0-31) that flags a connection for masquerade.")
     ] = 14
+    healthz_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's health server (`/healthz`, `/livez`; what load "
+            "balancers and liveness probes poll). Empty: not served."
+        ),
+    ] = "0.0.0.0:10256"
+    metrics_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's metrics server (`/metrics` with the `kubeproxy_*` "
+            "metrics, `/healthz`, `/proxyMode`). Empty: not served."
+        ),
+    ] = "127.0.0.1:10249"
     conntrack: ConntrackConfiguration = ConntrackConfiguration()
 
 

@@ -40,6 +40,7 @@ from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.manager import Manager
 from nodeagent.nodestatus.allocatable import allocatable_memory as node_allocatable_memory
 from nodeagent.objectmanager import config_map_manager, secret_manager
+from nodeagent.pluginmanager import PluginManager
 from nodeagent.pods.imagepulls import image_options
 from nodeagent.pods.pipeline import PROBE_USER_AGENT, wire_pods
 from nodeagent.pods.pleg import GenericPleg
@@ -62,6 +63,7 @@ from nodeagent.status import StatusManager
 from nodeagent.status.manager import PodDeleter
 from nodeagent.sysctl import node_allowlist
 from nodeagent.volumemanager.content import content_source
+from nodeagent.volumemanager.csi import CSI_PLUGIN_TYPE, CsiPlugin
 from nodeagent.volumemanager.manager import VolumeManager
 
 
@@ -126,6 +128,9 @@ class PodManagers:
     cm: ContainerManager | None = None
     allocation: AllocationManager | None = None
     runtime: RuntimeManager | None = None
+    csi: CsiPlugin | None = None
+    plugins: PluginManager | None = None
+    volumes: VolumeManager | None = None
 
     def limits_generation(self) -> int:
         """Moves whenever the agent writes a pod cgroup's limits or resizes a container (the
@@ -186,6 +191,7 @@ class PodManagers:
             *([self.cm] if self.cm is not None else []),
             *api_side,
             self.static_pods,
+            *[m for m in (self.csi, self.plugins) if m is not None],
             self.sync_loop,
             self.prober,
             *mirrors,
@@ -270,8 +276,13 @@ def pod_managers(
     server: Api = api if api is not None else NoApiServer()
     config_maps = config_map_manager(api=server, clock=clock)
     secrets = secret_manager(api=server, clock=clock)
+    csi = CsiPlugin(root_dir=settings.root_dir, node_name=node_name, api=api)
+    plugins = PluginManager(
+        root_dir=settings.root_dir, handlers={CSI_PLUGIN_TYPE: csi.registration}
+    )
     volumes = VolumeManager(
         root_dir=settings.root_dir,
+        csi=csi.volumes,
         content=content_source(
             api=api,
             clock=clock,
@@ -280,6 +291,9 @@ def pod_managers(
             secrets=secrets,
         ),
         allocatable_memory=allocatable_memory,
+        api=api,
+        node_name=node_name,
+        node_labels=lambda: ((get_node() or {}).get("metadata") or {}).get("labels") or {},
     )
     cm = container_manager(
         config, settings=settings, driver=connection.cgroup_driver, events=node_events
@@ -353,4 +367,7 @@ def pod_managers(
         cm=cm,
         allocation=pipeline.allocation,
         runtime=pipeline.runtime,
+        csi=csi,
+        plugins=plugins,
+        volumes=volumes,
     )

@@ -402,6 +402,20 @@ BAD_FILES = [
         "must be <= proxy.syncPeriod (30s)",
     ),
     (
+        "an unsupported local traffic detector",
+        "proxy:\n  detectLocalMode: BridgeInterface\n",
+        "proxy.detectLocalMode",
+        "BridgeInterface",
+        "is not one of ClusterCIDR, NodeCIDR",
+    ),
+    (
+        "a health server address without a port",
+        "proxy:\n  healthzBindAddress: 0.0.0.0\n",
+        "proxy.healthzBindAddress",
+        "0.0.0.0",
+        "is not an ip:port",
+    ),
+    (
         "cluster CIDR typo",
         "proxy:\n  clusterCIDR: 10.244.0.0/33\n",
         "proxy.clusterCIDR",

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 RUNTIME_TXT = REPO / "requirements/runtime.txt"
 DIRECT_HEADER = "# Direct dependencies"
 TRANSITIVE_HEADER = "# Transitive"
-OWN_PACKAGES = {"nodeagent", "cri_protos"}
+OWN_PACKAGES = {"nodeagent", "cri_protos", "csi_protos"}
 
 
 def declared() -> dict[str, Requirement]:

@@ -49,8 +49,8 @@ def test_installed_venv_imports_every_nodeagent_module(
 ) -> None:
     dpkg_root.dpkg("-i", packages.deb)
     walk = (
-        "import importlib, pkgutil, nodeagent, cri_protos\n"
-        "for pkg in (nodeagent, cri_protos):\n"
+        "import importlib, pkgutil, nodeagent, cri_protos, csi_protos\n"
+        "for pkg in (nodeagent, cri_protos, csi_protos):\n"
         "    prefix = pkg.__name__ + '.'\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, prefix, onerror=lambda n: None):\n"
         "        if m.name.startswith('nodeagent.testing'):\n"

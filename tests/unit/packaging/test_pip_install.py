@@ -26,7 +26,7 @@ import nodeagent
 
 REPO = Path(__file__).resolve().parents[3]
 PINS = (REPO / "requirements/runtime.txt", REPO / "requirements/build.txt")
-SOURCES = ("pyproject.toml", "nodeagent", "cri_protos")
+SOURCES = ("pyproject.toml", "nodeagent", "cri_protos", "csi_protos")
 BASE_PYTHON = os.environ.get("NODEAGENT_BASE_PYTHON", "/usr/bin/python3.11")
 # Enough for a cold download of ~40 MB of wheels on a loaded machine.
 DOWNLOAD_TIMEOUT_S = 240
@@ -110,8 +110,8 @@ def test_installed_command_validates_the_sample_config(fresh_venv: Path) -> None
 
 def test_installed_venv_imports_every_shipped_module(fresh_venv: Path) -> None:
     walk = (
-        "import importlib, pkgutil, nodeagent, cri_protos\n"
-        "for pkg in (nodeagent, cri_protos):\n"
+        "import importlib, pkgutil, nodeagent, cri_protos, csi_protos\n"
+        "for pkg in (nodeagent, cri_protos, csi_protos):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        if not m.name.startswith('nodeagent.testing'):\n"
         "            try:\n"
