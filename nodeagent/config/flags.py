@@ -151,6 +151,14 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag(("--root-dir",), "root_dir", "node.rootDir", _path, "state directory", "PATH"),
     Flag(
+        ("--client-ca-file",),
+        "client_ca_file",
+        "kubelet.authentication.x509.clientCAFile",
+        _path,
+        "CA bundle that verifies the client certificates of requests to the node's API",
+        "PATH",
+    ),
+    Flag(
         ("--registry-qps",),
         "registry_qps",
         "kubelet.registryPullQPS",
