@@ -28,7 +28,7 @@ from harness.vm.clusternode import LINK_MAC, join_cluster
 from harness.vm.pods import NODE, wait_pod
 from harness.vm.qemu import TapNic
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.vmcluster]
 
 # The module's fixture builds a cluster, boots a second VM and joins it (a join alone has
 # taken minutes under TCG on a busy host): more than the tier's per-test 1200 s.
