@@ -59,6 +59,16 @@ async def serve_proxy_health(
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/livez", livez)
+    await serve_forever(
+        app, address, log=log, failed="Healthz server failed", serving="Serving proxy health"
+    )
+
+
+async def serve_forever(
+    app: web.Application, address: str, *, log: Logger, failed: str, serving: str
+) -> None:
+    """Serve ``app`` on ``address`` until cancelled; a port that cannot be bound is logged
+    (``failed``, then at verbosity 2) and tried again every :data:`RETRY` seconds."""
     host, port = split_host_port(address)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -69,12 +79,10 @@ async def serve_proxy_health(
                 await web.TCPSite(runner, host, port, reuse_address=True).start()
                 break
             except OSError as e:
-                (log if failures == 0 else log.v(2)).error(
-                    "Healthz server failed", address=address, error=str(e)
-                )
+                (log if failures == 0 else log.v(2)).error(failed, address=address, error=str(e))
                 failures += 1
                 await asyncio.sleep(RETRY)
-        log.info("Serving proxy health", address=address)
+        log.info(serving, address=address)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

@@ -13,7 +13,6 @@ The metrics kube-proxy labels by ``ip_family`` carry one series per family this 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import prometheus_client
@@ -27,7 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from nodeagent.log import Logger, get_logger
-from nodeagent.proxy.healthserver import RETRY, split_host_port
+from nodeagent.proxy.healthserver import serve_forever
 from nodeagent.proxy.metrics import Counter, Gauge, Histogram, ProxyMetrics
 from nodeagent.proxy.model import IP_FAMILY_NAMES
 
@@ -118,22 +117,10 @@ async def serve_proxy_metrics(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/proxyMode", proxy_mode)
-    host, port = split_host_port(address)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        failures = 0
-        while True:
-            try:
-                await web.TCPSite(runner, host, port, reuse_address=True).start()
-                break
-            except OSError as e:
-                (log if failures == 0 else log.v(2)).error(
-                    "Failed to start metrics server", address=address, error=str(e)
-                )
-                failures += 1
-                await asyncio.sleep(RETRY)
-        log.info("Serving proxy metrics", address=address)
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
+    await serve_forever(
+        app,
+        address,
+        log=log,
+        failed="Failed to start metrics server",
+        serving="Serving proxy metrics",
+    )
