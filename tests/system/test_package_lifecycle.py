@@ -105,8 +105,11 @@ def test_the_installed_agent_writes_no_bytecode_when_it_runs(agent: Machine) -> 
 
     assert is_active(agent)
     assert agent.check("find /opt/nodeagent -newer /run/nodeagent-test-marker").strip() == ""
-    pyc = agent.check("find /opt/nodeagent/lib -name '*.pyc' | wc -l").strip()
-    assert int(pyc) > 1000, "postinst compiled no bytecode"
+    py = int(agent.check("find /opt/nodeagent/lib -name '*.py' | wc -l"))
+    pyc = int(agent.check("find /opt/nodeagent/lib -name '*.pyc' | wc -l"))
+    # Every module compiled by postinst (the package has 947 modules today; the count was a
+    # fixed 1000 before, which a smaller dependency set fell under).
+    assert py > 500 and pyc >= py, f"postinst compiled {pyc} of {py} modules"
 
 
 def test_reinstall_after_purge_starts_from_the_packaged_defaults(
