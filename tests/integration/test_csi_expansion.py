@@ -30,7 +30,7 @@ from podnode import until
 from test_persistent_volumes import running_uid
 from test_volumes import mounts_below, mounts_inside, no_mounts_left
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
 
 # the pod's view of its volume's size, in KiB, replaced atomically every second
 SIZER = (

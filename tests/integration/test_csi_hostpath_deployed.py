@@ -32,7 +32,7 @@ from podnode import until
 from test_persistent_volumes import running_uid, statefulset
 from test_volumes import mounts_below, no_mounts_left
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
 
 CSI_DIR = "kubernetes.io~csi"
 

@@ -43,7 +43,7 @@ from podnode import until
 from test_persistent_volumes import running_uid, statefulset
 from test_volumes import mounts_below, mounts_inside, no_mounts_left
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
 
 
 @pytest.fixture

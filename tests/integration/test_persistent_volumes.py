@@ -27,7 +27,7 @@ from harness.images import BUSYBOX_IMAGE
 from podnode import until
 from test_volumes import mounts_below, mounts_inside, no_mounts_left
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
 
 WRITER = (
     '[ -f /data/first ] || echo "$POD_UID" > /data/first; '
