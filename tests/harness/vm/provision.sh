@@ -197,15 +197,21 @@ start_service() {
     log "nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
 }
 
+# The agent's part of `kubeadm reset`: stop it and drop every credential it had, so the join
+# starts from nothing but the token and the CA hash. Done before the package is installed too:
+# its postinst starts the agent, which with a removed package's leftover credentials would
+# register the Node again, and the join would refuse a Ready Node of its own name.
+reset_agent() {
+    systemctl stop nodeagent 2>/dev/null || true
+    rm -f "$ETC/kubeconfig" "$ETC/bootstrap-kubeconfig" /var/lib/nodeagent/join-flags.env
+    rm -rf /var/lib/nodeagent/pki
+}
+
 join_cluster() {
     ((start)) || return 0
     systemctl daemon-reload
     systemctl enable nodeagent
-    # The agent's part of `kubeadm reset`: stop it and drop every credential it had, so the
-    # join starts from nothing but the token and the CA hash.
-    systemctl stop nodeagent
-    rm -f "$ETC/kubeconfig" "$ETC/bootstrap-kubeconfig" /var/lib/nodeagent/join-flags.env
-    rm -rf /var/lib/nodeagent/pki
+    reset_agent
     local args
     read -r -a args <<<"$join"
     [[ -z $node_name ]] || args+=(--node-name "$node_name")
@@ -232,6 +238,7 @@ join_cluster() {
 check_host
 ensure_swap
 ensure_pod_network
+[[ -z $join ]] || reset_agent
 install_package
 configure
 if [[ -n $join ]]; then join_cluster; else start_service; fi
