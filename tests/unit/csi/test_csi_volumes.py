@@ -319,7 +319,7 @@ async def test_a_claim_the_resizer_grew_is_expanded_on_the_node_and_marked_done(
     server.modify(PVCS, "data", pending, "default")
     assert (await node.volumes.set_up(claim_pod("uid-1"))).ready
     assert driver.expanded == {HANDLE: 2 * 2**30}
-    status = server.stored(PVCS, "data", "default")["status"]  # type: ignore[index]
+    status = server.stored(PVCS, "data", "default")["status"]  # type: ignore[index]  # stored() is None when absent; here it exists
     assert status["capacity"] == {"storage": "2Gi"}
     assert "storage" not in (status.get("allocatedResourceStatuses") or {})
     assert not status.get("conditions")

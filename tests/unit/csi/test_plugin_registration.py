@@ -57,7 +57,7 @@ async def test_a_driver_registers_and_is_published_on_the_csinode_and_node(
     assert csinode is not None
     assert csinode["spec"]["drivers"] == []
     assert csinode["metadata"]["annotations"] == {MIGRATED_PLUGINS_ANNOTATION: MIGRATED_PLUGINS}
-    node_uid = server.stored(NODES, NODE)["metadata"]["uid"]  # type: ignore[index]
+    node_uid = server.stored(NODES, NODE)["metadata"]["uid"]  # type: ignore[index]  # stored() is None when absent; here it exists
     assert csinode["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}
     ]
@@ -86,7 +86,7 @@ async def test_a_driver_registers_and_is_published_on_the_csinode_and_node(
                 "allocatable": {"count": 8},
             }
         ]
-        meta = server.stored(NODES, NODE)["metadata"]  # type: ignore[index]
+        meta = server.stored(NODES, NODE)["metadata"]  # type: ignore[index]  # stored() is None when absent; here it exists
         assert json.loads(meta["annotations"][NODE_ID_ANNOTATION]) == {DRIVER: "n-1"}
         assert meta["labels"]["topology.hostpath.csi/node"] == NODE
         await plugins.sync()  # nothing changed: no second registration
@@ -96,8 +96,8 @@ async def test_a_driver_registers_and_is_published_on_the_csinode_and_node(
     await plugins.sync()  # the socket is gone: deregistered
     assert plugins.registered() == {}
     assert csi.drivers.names() == []
-    assert server.stored(CSINODES, NODE)["spec"]["drivers"] == []  # type: ignore[index]
-    meta = server.stored(NODES, NODE)["metadata"]  # type: ignore[index]
+    assert server.stored(CSINODES, NODE)["spec"]["drivers"] == []  # type: ignore[index]  # stored() is None when absent; here it exists
+    meta = server.stored(NODES, NODE)["metadata"]  # type: ignore[index]  # stored() is None when absent; here it exists
     assert NODE_ID_ANNOTATION not in (meta.get("annotations") or {})
 
 

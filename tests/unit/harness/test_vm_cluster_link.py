@@ -19,7 +19,7 @@ def _spec(**extra: object) -> qemu.QemuSpec:
         initrd=Path("/i"),
         control_socket=Path("/c.sock"),
         console_log=Path("/console.log"),
-        **extra,  # type: ignore[arg-type]
+        **extra,  # type: ignore[arg-type]  # each test passes fields of QemuSpec
     )
 
 

@@ -71,9 +71,9 @@ async def test_serialized_pulls_wait_for_their_slot_then_for_a_token(
 
     async def slow(image: object, **kw: object) -> str:
         await gate.wait()
-        return await original(image, **kw)  # type: ignore[arg-type]
+        return await original(image, **kw)  # type: ignore[arg-type]  # passes its args through
 
-    images.pull_image = slow  # type: ignore[method-assign]
+    images.pull_image = slow  # type: ignore[method-assign]  # hold the fake pull open
     puller = ImagePuller(images=images, monotonic=Clock(), limit=1, qps=10, burst=10)
     first = asyncio.create_task(pull(puller, "a"))
     second = asyncio.create_task(pull(puller, "b"))
@@ -105,9 +105,9 @@ async def test_a_long_pull_is_logged_at_v2_while_it_runs(images: FakeImageServic
 
     async def slow(image: object, **kw: object) -> str:
         await gate.wait()
-        return await original(image, **kw)  # type: ignore[arg-type]
+        return await original(image, **kw)  # type: ignore[arg-type]  # passes its args through
 
-    images.pull_image = slow  # type: ignore[method-assign]
+    images.pull_image = slow  # type: ignore[method-assign]  # hold the fake pull open
     clock = Clock()
     puller = ImagePuller(images=images, monotonic=clock, progress_every=0.01)
     seen = Seen("Image pull in progress")
