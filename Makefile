@@ -11,7 +11,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/nodeagent
 STAMPS := $(CACHE)/stamps
-PYTEST := $(PY) -m pytest
+# --durations: the slowest tests of each tier are in the log, where the 60-minute budget is kept
+PYTEST := $(PY) -m pytest --durations=15
 
 .PHONY: help
 help:
