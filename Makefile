@@ -11,7 +11,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/nodeagent
 STAMPS := $(CACHE)/stamps
-PYTEST := $(PY) -m pytest
+# --durations: the slowest tests of each tier are in the log, where the 60-minute budget is kept
+PYTEST := $(PY) -m pytest --durations=15
 
 .PHONY: help
 help:
@@ -19,10 +20,11 @@ help:
 	@echo "make up NODES=3  the same control plane with 3 nodeagent nodes (namespaces, flannel)"
 	@echo "make down      stop and clean everything 'make up' started"
 	@echo "make test      the whole test suite (lint, types, unit, integration, system, vagrant)"
-	@echo "make packages  build the .deb and .rpm into dist/"
+	@echo "make packages  build the .deb and .rpm into dist/ and lint them (lintian, rpmlint)"
 	@echo "make vm-test   only the VM system tests"
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
-	@echo "make conformance [PEER=kubelet]  the e2e node/network specs against make up's cluster"
+	@echo "make conformance [PEER=kubelet] [SELECTION=node|storage]  the e2e node/network and storage specs against make up's cluster"
+	@echo "make conformance NODES=3 [PEER=kubelet]  [Conformance] + node/network specs on 3 nodes"
 	@echo "make soak [DURATION=60m] [NODES=3] [SEED=n]  churn and faults, invariants checked"
 
 # --- setup --------------------------------------------------------------------------------------
@@ -53,8 +55,8 @@ $(VENV_STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml | $(
 
 .PHONY: lint
 lint: venv
-	$(VENV)/bin/ruff check nodeagent tests bench cri_protos
-	$(VENV)/bin/ruff format --check nodeagent tests bench
+	$(VENV)/bin/ruff check nodeagent tests bench cri_protos csi_protos packaging
+	$(VENV)/bin/ruff format --check nodeagent tests bench packaging
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -70,12 +72,18 @@ binaries: venv
 peers: venv
 	PYTHONPATH=tests $(PY) -m harness build --peers
 
+.PHONY: csi
+csi: venv
+	PYTHONPATH=tests $(PY) -m harness csi-build
+
 .PHONY: images
 images: venv
 	PYTHONPATH=tests $(PY) -m harness.images build
 
+# csi: the CSI tests' driver and sidecars, built before the tests rather than inside the first
+# one's timeout (cached; a cold build is long: README's table)
 .PHONY: integration
-integration: venv binaries
+integration: venv binaries csi
 	$(PYTEST) tests/integration -q
 
 # Multi-node: a 3-node cluster of the tests' own (tests/multinode). `make test` runs the smoke
@@ -90,7 +98,13 @@ multinode: venv binaries
 
 .PHONY: vm-test
 vm-test: venv packages
-	$(PYTEST) tests/system -q
+	$(PYTEST) tests/system -q -m "not vmcluster"
+
+# A VM guest joins a 1-node flannel test cluster with the printed join command; pod traffic
+# both ways (5-9 min, its cluster and guest included): kept out of `make test`'s budget.
+.PHONY: vm-cluster
+vm-cluster: venv packages
+	$(PYTEST) tests/system -q -m vmcluster
 
 # The Vagrantfile under vagrant-libvirt with a local box built from the VM image (README.md).
 VAGRANT_PACKAGES := tests/harness/vagrant-packages.txt
@@ -112,9 +126,12 @@ test: host-deps venv lint unit integration multinode-smoke vm-test vagrant-test
 
 # --- artefacts ----------------------------------------------------------------------------------
 
+# Builds both packages, then lints them (lintian, rpmlint): fails on an error or on a warning
+# not justified in packaging/lintian-overrides or packaging/rpmlint.toml.
 .PHONY: packages
-packages: venv
+packages: host-deps venv
 	packaging/build.sh
+	packaging/lint.sh
 
 .PHONY: docs
 docs: venv
@@ -123,7 +140,11 @@ docs: venv
 # Benchmarks print tables; run by hand, never by `make test` (docs/benchmarks.md).
 # The Kubernetes e2e node and network specs against `make up`'s cluster (docs/conformance.md).
 # PEER=kubelet runs them with the reference kubelet + kube-proxy as the node instead.
+# NODES=3: the whole [Conformance] set too, on a 3-node cluster of the run's own (not make up's).
 PEER ?= nodeagent
+# SELECTION=node (node conformance + sig-network), storage (the CSI hostpath and in-tree
+# local/hostPath drivers' sig-storage specs) or all (both, one after the other).
+SELECTION ?= all
 
 .PHONY: e2e-suite
 e2e-suite: venv
@@ -131,7 +152,7 @@ e2e-suite: venv
 
 .PHONY: conformance
 conformance: host-deps venv binaries
-	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER)
+	PYTHONPATH=tests $(PY) -m conformance run --peer $(PEER) --nodes $(NODES) --selection $(SELECTION)
 
 # The specs that pass with nodeagent today (tests/conformance/ci-specs.txt); fails on any failure.
 .PHONY: conformance-ci
@@ -163,6 +184,7 @@ soak-nightly: host-deps venv binaries
 .PHONY: gen
 gen: venv
 	cri_protos/generate.sh
+	csi_protos/generate.sh
 
 # --- local cluster ------------------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
-"""API client transports on a quiet apiserver: how late does a watch event arrive? (issue 11)
+"""API client transports on a quiet apiserver: how late does a watch event arrive?
 
 Starts its own control plane and, for each transport, opens ``--watches`` watches through one
 ``nodeagent.apiserver.ApiClient`` and creates one ConfigMap every ``--gap`` seconds
 (``harness.watchprobe``), recording when the watch delivered it. Then, with the same watches
 open, it sends ``--burst`` GETs at once (as a 30-pod start sends its status patches) and times
 them. Transports: ``http2`` (every watch multiplexed on one HTTP/2 connection, requests on a
-second: the agent until issue 11) and ``http1`` (one HTTP/1.1 connection per watch, requests
-on a keep-alive pool: the agent now).
+second: the agent before it moved to HTTP/1.1) and ``http1`` (one HTTP/1.1 connection per
+watch, requests on a keep-alive pool: the agent now).
 
     PYTHONPATH=tests .venv/bin/python bench/api_transport.py [--writes 10] [--watches 6]
 """

@@ -1,4 +1,4 @@
-"""The kubelet API as a user meets it (issue 12): nodeagent vs the kubelet, each as the node.
+"""The kubelet API as a user meets it: nodeagent vs the kubelet, each as the node.
 
     PYTHONPATH=tests .venv/bin/python bench/kubelet_api.py [--pods 30] [--lines 100]
         [--execs 30] [--only nodeagent|kubelet] [--markdown]

@@ -1,4 +1,4 @@
-"""The kubelet API's HTTP library: aiohttp against a bare ``asyncio`` + h11 server (issue 12).
+"""The kubelet API's HTTP library: aiohttp against a bare ``asyncio`` + h11 server.
 
 Each server runs in its own process over TLS (the kubelet API is always HTTPS) and answers
 ``GET /healthz`` with ``ok``. One client on a keep-alive connection sends ``--requests``

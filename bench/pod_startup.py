@@ -7,7 +7,7 @@ Starts the harness control plane once. Then, for each component in turn: a fresh
 containerd (the local pause and busybox images imported, a bridge CNI network), the component as
 a new Node with a node client certificate and a cgroup root of its own; once the Node is Ready
 and untainted, ``--singles`` pods are created one at a time, ``--gap`` seconds apart (a quiet
-node: each create -> Running on its own, issue 11); then ``--pods`` pods (busybox ``sleep
+node: each create -> Running on its own); then ``--pods`` pods (busybox ``sleep
 3600``, image present, no service account token volume) are created at once through the
 scheduler and watched until every one is Running and Ready; after ``--settle`` seconds the
 component's RSS and CPU are sampled every second for ``--idle-minutes``; then ``--more`` pods

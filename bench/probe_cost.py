@@ -1,4 +1,4 @@
-"""Probe cost (issue 13): RSS and CPU of a node whose pods each have an exec readiness probe and
+"""Probe cost: RSS and CPU of a node whose pods each have an exec readiness probe and
 an httpGet liveness probe every second; nodeagent vs the kubelet, each on a fresh containerd.
 
     PYTHONPATH=tests .venv/bin/python bench/probe_cost.py [--pods 100] [--idle-minutes 2]

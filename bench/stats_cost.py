@@ -1,4 +1,4 @@
-"""What one housekeeping pass of the cgroup v2 stats costs with 110 pods (issue 14).
+"""What one housekeeping pass of the cgroup v2 stats costs with 110 pods.
 
 The agent reads every pod and container cgroup once per ``housekeepingInterval`` (10 s) in one
 batch (``nodeagent.stats.cgroup.sample_tree``: plain ``open().read()`` of cpu.stat,
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-limits",
         action="store_true",
-        help="keep memory.max/pids.max across passes as the agent does (issue 14)",
+        help="keep memory.max/pids.max across passes as the agent does",
     )
     args = parser.parse_args(argv)
     keep = args.keep_limits

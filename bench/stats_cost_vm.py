@@ -1,4 +1,4 @@
-"""Stats collection cost with 110 pods: nodeagent vs the reference kubelet, in the VM (issue 14).
+"""Stats collection cost with 110 pods: nodeagent vs the reference kubelet, in the VM.
 
     PYTHONPATH=tests .venv/bin/python bench/stats_cost_vm.py [--window 120] [--settle 60]
         [--pods 110] [--memory-mb 6144] [--only nodeagent|kubelet] [--skip-summary]

@@ -1,23 +1,18 @@
-"""The composition root: wires managers into one ``asyncio.TaskGroup`` and runs them.
+"""The composition root: builds the managers from the configuration and hands them to the
+:class:`~nodeagent.supervisor.Agent`, which runs them in one ``asyncio.TaskGroup``.
 
-The agent holds no domain state. It starts every manager under a supervisor, tells systemd
-READY=1 once they are started, pings the watchdog from the event loop (a stuck loop stops the
-pings and systemd kills us), and on SIGTERM/SIGINT or a manager crash stops the managers in
-reverse start order within a bounded time. A crash gives a non-zero exit so systemd restarts
-the daemon; a manager that does not stop in time gets a hard exit, never a silent hang.
+It holds no domain state and no domain code: each helper here only chooses and connects what
+the managers' packages provide.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
-from nodeagent import __version__, cgroups, hostinfo, kuberuntime
+from nodeagent import cgroups, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
@@ -27,14 +22,13 @@ from nodeagent.containerlogs import nodelogs
 from nodeagent.containerlogs.nodelogs import NodeLogSettings
 from nodeagent.containerlogs.rotation import RotationManager, rotation_policy
 from nodeagent.containerlogs.service import ContainerLogs
-from nodeagent.errors import ManagerCrashed
 from nodeagent.events import EventRecorder
 from nodeagent.eviction import EvictionManager, contention, parse_thresholds
 from nodeagent.eviction.contention_monitor import ContentionMonitor
 from nodeagent.eviction.thresholds import DISK_SIGNALS
 from nodeagent.gc import ImageGC
 from nodeagent.lifecycle.admission import AdmitResult
-from nodeagent.log import Logger, get_logger
+from nodeagent.log import get_logger
 from nodeagent.logind import DbusLogind
 from nodeagent.manager import Manager, NullManager
 from nodeagent.nodelease import NodeLeaseController
@@ -55,136 +49,14 @@ from nodeagent.runtimestate import RuntimeState
 from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
+from nodeagent.stats import volumemetrics
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import memory_available as node_memory_available
 from nodeagent.stats.pressure import psi_summary
 from nodeagent.stats.summary import StatsProvider, host_stats_provider
 from nodeagent.status import GracePeriodZeroDeleter
-from nodeagent.systemd.notify import Notifier, watchdog_interval, watchdog_loop
-
-EXIT_OK = 0
-EXIT_CRASHED = 1
-EXIT_STOP_TIMEOUT = 2
-
-
-def _hard_exit(code: int) -> NoReturn:
-    os._exit(code)
-
-
-class Agent:
-    def __init__(
-        self,
-        *,
-        managers: Sequence[Manager],
-        notifier: Notifier,
-        watchdog_interval: float | None = None,
-        stop_timeout: float = 5.0,
-        install_signal_handlers: bool = True,
-        hard_exit: Callable[[int], NoReturn] | None = None,
-        log: Logger | None = None,
-    ) -> None:
-        names = [m.name for m in managers]
-        if len(set(names)) != len(names):
-            raise ValueError(f"manager names must be unique: {names}")
-        self._managers = list(managers)
-        self._notifier = notifier
-        self._watchdog_interval = watchdog_interval
-        self._stop_timeout = stop_timeout
-        self._install_signal_handlers = install_signal_handlers
-        self._hard_exit = hard_exit or _hard_exit
-        self._log = log or get_logger("agent")
-        self._stop = asyncio.Event()
-        self._stop_reason = ""
-        self._crashes: list[ManagerCrashed] = []
-
-    @property
-    def manager_names(self) -> list[str]:
-        return [m.name for m in self._managers]
-
-    @property
-    def crashes(self) -> list[ManagerCrashed]:
-        return list(self._crashes)
-
-    def request_stop(self, reason: str) -> None:
-        if self._stop.is_set():
-            self._log.info("Stop already in progress", reason=reason)
-            return
-        self._stop_reason = reason
-        self._log.info("Stopping", reason=reason)
-        self._stop.set()
-
-    async def run(self) -> int:
-        """Run until stopped; return the process exit code."""
-        loop = asyncio.get_running_loop()
-        if self._install_signal_handlers:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
-        try:
-            return await self._run()
-        finally:
-            if self._install_signal_handlers:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-
-    async def _run(self) -> int:
-        self._log.info(
-            "Starting nodeagent",
-            version=__version__,
-            managers=",".join(m.name for m in self._managers),
-        )
-        self._notifier.status("starting")
-        async with asyncio.TaskGroup() as tg:
-            tasks = [
-                tg.create_task(self._supervise(m), name=f"manager:{m.name}") for m in self._managers
-            ]
-            watchdog = None
-            if self._watchdog_interval:
-                watchdog = tg.create_task(
-                    watchdog_loop(self._notifier, self._watchdog_interval), name="watchdog"
-                )
-            await asyncio.sleep(0)  # let every manager reach its first await
-            if not self._stop.is_set():
-                self._notifier.ready(status=f"running {len(tasks)} managers")
-                self._log.info("Started", managers=len(tasks))
-            await self._stop.wait()
-            self._notifier.stopping(status=f"stopping: {self._stop_reason}")
-            await self._stop_in_order(tasks)
-            if watchdog is not None:
-                watchdog.cancel()
-        code = EXIT_CRASHED if self._crashes else EXIT_OK
-        self._log.info("Stopped", exit_code=code)
-        return code
-
-    async def _supervise(self, manager: Manager) -> None:
-        try:
-            await manager.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            crash = ManagerCrashed(manager.name, exc)
-            self._crashes.append(crash)
-            self._log.exception("Manager crashed", manager=manager.name, error=str(exc))
-            self.request_stop(f"manager {manager.name} crashed")
-        else:
-            self._log.info("Manager finished", manager=manager.name)
-
-    async def _stop_in_order(self, tasks: list[asyncio.Task[None]]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._stop_timeout
-        for manager, task in reversed(list(zip(self._managers, tasks, strict=True))):
-            if task.done():
-                continue
-            task.cancel()
-            remaining = max(0.0, deadline - loop.time())
-            done, _ = await asyncio.wait({task}, timeout=remaining)
-            if not done:
-                self._log.error(
-                    "Manager did not stop in time; exiting hard",
-                    manager=manager.name,
-                    timeout_s=self._stop_timeout,
-                )
-                self._hard_exit(EXIT_STOP_TIMEOUT)
-            self._log.v(2).info("Manager stopped", manager=manager.name)
+from nodeagent.supervisor import Agent
+from nodeagent.systemd.notify import Notifier, watchdog_interval
 
 
 def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
@@ -298,7 +170,9 @@ def node_stats(
         cgroups=sampler,
         image_fs=pods.connection.image_fs_info,
         pod_logs_dir=config.kubelet.pod_logs_dir,
+        persistent_volumes=pods.volumes.persistent_volume_stats if pods.volumes else None,
     )
+    volumemetrics.set_source(stats.persistent_entries)
     return stats, sampler
 
 
@@ -478,7 +352,7 @@ def api_server_mode(node: NodeSettings) -> bool:
 
 
 def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
-    """The node in the cluster (issue 4), its pods (issue 5) and the service proxy (issue 6).
+    """The node in the cluster (registration, Lease, status), its pods and the service proxy.
     Stopped in reverse order: the proxy and the pods first (the proxy's rules stay in the
     kernel), the API client last; the Lease keeps renewing until everything after it has
     stopped."""
@@ -525,6 +399,7 @@ def _node_managers(node: NodeSettings, *, config: Config) -> list[Manager]:
                 version=runtime.version(),
             ),
             images=lambda: pods.gc.image_list.images(),  # noqa: PLW0108 - pods is built below
+            volumes_in_use=lambda: pods.csi.volumes.volumes_in_use() if pods.csi else [],
             other_errors=lambda: shutdown.errors(),  # noqa: PLW0108 - shutdown is built below
             pressure=lambda: Pressure(
                 memory=eviction.under_memory_pressure(),

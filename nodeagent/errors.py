@@ -15,6 +15,7 @@ derives from :class:`AgentError`, so a caller can tell them from a bug's excepti
     ├── CriError                 container runtime over CRI (kuberuntime.errors)
     │   └── CriNotFound, CriUnavailable, CriDeadlineExceeded, CriUnimplemented, CriUnknown,
     │       CriVersionError
+    ├── CsiError                 a CSI driver or a registering plugin over gRPC (csi.errors)
     ├── NftError                 nftables transactions (nft.errors)
     │   └── NotFound, Exists, Busy, InvalidTransaction
     ├── LogindError              logind over D-Bus (logind.client)
@@ -44,9 +45,11 @@ Outside the tree, deliberately:
   yamlshape.ShapeError (with yamlshape.TooBig, yamlshape.NotRegularFile),
   containerlogs.options.LogOptionsError, server.streaming.BadOptions, server.wire.WireError,
   volumemanager.content.writer.InvalidPath, apiserver.patch.JsonPatchError (the fake
-  apiserver's JSON patch), config.credentialproviders.ProviderConfigError (the plugin
-  configuration file), credentialprovider.dockerconfig.DockerConfigError (a pull secret's
-  content), kuberuntime.pullrecords.RecordError (a pull record file on disk).
+  apiserver's JSON patch), volumemanager.affinity.AffinityError (a PV's node affinity that
+  does not match, or cannot be read), config.credentialproviders.ProviderConfigError (the
+  plugin configuration file), credentialprovider.dockerconfig.DockerConfigError (a pull
+  secret's content), kuberuntime.pullrecords.RecordError (a pull record file on disk),
+  gotext.DurationRangeError (a Go duration beyond int64).
 - A result carried from a helper to its caller in the same manager, already worded as the
   kubelet's message or status, never reported as an error of its own:
   kuberuntime.images.ImageFailure (a container failure and when to retry),
@@ -54,12 +57,17 @@ Outside the tree, deliberately:
   containerlogs.service.LogRequestError (an HTTP status and text),
   volumemanager.content.errors.VolumeSetupError (``MountVolume.SetUp failed`` text),
   volumemanager.subpath.SubPathEscape (a subPath that leaves its volume: the container's error),
+  volumemanager.csi.drivers.CsiUnknownDriver (a CSI driver not registered yet: the volume's
+  ``FailedMount`` text),
   nodestatus.setters.AddressError (the node's address problem, a Ready message),
   config.problem.Invalid (problems not yet located; load turns them into ConfigError),
   prober.http._HttpError (private to the HTTP probe),
   kuberuntime.puller.PullFailed (every credential's pull failed: the kubelet's pull message),
   credentialprovider.plugin.provider.MissingAnnotation (a service account lacks an annotation
-  the plugin requires: the pull goes on without that plugin's credentials).
+  the plugin requires: the pull goes on without that plugin's credentials),
+  gotext._Invalid (private to the duration parser: which part of a duration is wrong),
+  beneath.NotBeneath (an ``OSError``: a path that leaves its directory or goes through a
+  symlink; ``/logs/`` answers 404).
 - A debugging tool's refusal: proxy.tracer.TraceError (``nodeagent proxy trace``).
 
 Low-level exceptions are wrapped with what failed (file path, RPC name, D-Bus property) and

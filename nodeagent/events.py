@@ -38,7 +38,7 @@ from nodeagent.apiserver import (
     TooManyRequests,
     TransportError,
 )
-from nodeagent.clock import Clock
+from nodeagent.clock import Clock, TokenBucket
 from nodeagent.gotext import rfc3339
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
@@ -161,25 +161,6 @@ class _Posted:
     namespace: str
     count: int
     monotonic: float
-
-
-class TokenBucket:
-    """``burst`` tokens, one more every ``refill`` seconds of loop time."""
-
-    def __init__(self, *, burst: int, refill: float) -> None:
-        self._burst = burst
-        self._refill = refill
-        self._tokens = float(burst)
-        self._at: float | None = None
-
-    def take(self, now: float) -> bool:
-        if self._at is not None:
-            self._tokens = min(self._burst, self._tokens + (now - self._at) / self._refill)
-        self._at = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
 
 
 K = TypeVar("K")

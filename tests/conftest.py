@@ -14,7 +14,11 @@ import pytest
 
 pytest_plugins = [
     name
-    for name in ("harness.fixtures_controlplane", "harness.fixtures_runtime")
+    for name in (
+        "harness.fixtures_controlplane",
+        "harness.fixtures_runtime",
+        "harness.fixtures_csi",
+    )
     if importlib.util.find_spec(name) is not None
 ]
 

@@ -18,9 +18,7 @@ in memory, as the kubelet's status manager keeps them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Final
 
 from nodeagent.allocation import policy
 from nodeagent.allocation.policy import Allocation, Resources
+from nodeagent.atomicfile import write_atomic
 from nodeagent.events import DiscardEvents, ObjectEventSink, pod_reference
 from nodeagent.kuberuntime.resources import SwapInputs
 from nodeagent.log import Logger, get_logger
@@ -125,7 +124,7 @@ class AllocationManager:
             for state in self._pods.values():
                 state.saved = True
             try:
-                await asyncio.to_thread(_write_atomic, self._path, text)
+                await asyncio.to_thread(write_atomic, self._path, text.encode(), mode=0o600)
             except OSError as e:
                 self._log.error(
                     "Cannot write the allocation checkpoint", path=str(self._path), error=str(e)
@@ -329,12 +328,3 @@ class AllocationManager:
             self._conditions.pop(uid, None)
         if gone:
             await self._save()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o600)

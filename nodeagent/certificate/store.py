@@ -16,33 +16,15 @@ from typing import Final
 
 from nodeagent.apiserver import render_kubeconfig
 from nodeagent.apiserver.kubeconfig import KEY_BLOCKS, pem_blocks
+from nodeagent.atomicfile import write_atomic
 
 CURRENT: Final = "kubelet-client-current.pem"
 PENDING_KEY: Final = "kubelet-client.key.tmp"
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write atomically; the file is 0600 from the moment it exists.
-
-    The temporary file is always created fresh (``O_CREAT | O_EXCL | O_NOFOLLOW``): a leftover
-    one is removed first, so neither its mode nor a symlink planted at its name is reused.
-    Missing parent directories are created 0700.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)  # removes a symlink itself, never its target
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # exactly 0600 whatever the umask
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write atomically; the file is 0600 from the moment it exists, missing parents 0700."""
+    write_atomic(path, data, mode=0o600, dir_mode=0o700)
 
 
 def ensure_private_dir(path: Path) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nodeagent.atomicfile import write_atomic
 from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
 from nodeagent.cm.policy import (
@@ -392,7 +393,7 @@ class ContainerManager:
         async with self._swap_lock:
             text = json.dumps({"pods": self._swap}, sort_keys=True)
             try:
-                await asyncio.to_thread(_write_atomic, path, text)
+                await asyncio.to_thread(write_atomic, path, text.encode(), mode=0o644)
             except OSError as e:
                 self._log.error("Cannot write the swap report state", path=str(path), error=str(e))
 
@@ -424,13 +425,6 @@ class ContainerManager:
                 await ops.remove(parts)
             except Exception as e:
                 self._log.error("Failed to remove orphaned pod cgroup", pod_uid=uid, error=str(e))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _ancestors(root: list[str]) -> list[list[str]]:

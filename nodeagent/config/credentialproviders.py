@@ -311,7 +311,7 @@ def load_providers(
             if found is not None:
                 providers.append(found)
         problems += out.problems
-    if count == 0:
+    if count == 0 and not problems:
         problems.append(
             (config_path, "providers: Required value: at least 1 item in plugins is required")
         )

@@ -1,11 +1,14 @@
 """The Markdown configuration reference, generated from the schema (``docs/configuration.md``).
 
 Every leaf field must carry a description (``Annotated[..., doc("...")]``); a missing one is
-a ``ValueError`` here, so the reference test catches it.
+a ``ValueError`` here, so the reference test catches it. :func:`fields`, :func:`gates` and
+:data:`RULES` give the same content as data, for the packages' manual page
+(``packaging/manpage.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,9 +61,8 @@ file and line, the bad value and what is allowed; a field set by a flag is named
 reported in one run; a wrong type or unknown field is reported on its own, first.
 """
 
-_RULES = """\
-## Rules across fields
-
+RULES_TITLE = "Rules across fields"
+RULES = """\
 - `kubelet.shutdownGracePeriodCriticalPods` must be <= `kubelet.shutdownGracePeriod`; both are
   0 or at least 1s.
 - `kubelet.shutdownGracePeriodByPodPriority` cannot be combined with `shutdownGracePeriod` or
@@ -149,8 +151,38 @@ def reference() -> str:
         if isinstance(section, inspect.StructType):
             parts.append(_section(f.encode_name, section))
     parts.append(_gates_table())
-    parts.append(_RULES)
+    parts.append(f"## {RULES_TITLE}\n\n{RULES}")
     return "\n".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One leaf of the configuration file, as the reference shows it (Markdown inline text)."""
+
+    section: str
+    path: str
+    type: str
+    default: str
+    description: str
+    flag: str | None
+
+
+def fields() -> Iterator[Field]:
+    """Every leaf field of the file, section by section, in schema order."""
+    flag_of = {flag.path: flag.name for flag in FLAGS}
+    config = inspect.type_info(Config)
+    assert isinstance(config, inspect.StructType)
+    for f in config.fields:
+        section = _unwrap(f.type)
+        if isinstance(section, inspect.StructType):
+            for path, typ, default, text in _leaves(f.encode_name, section, struct_default=None):
+                name = f.encode_name
+                yield Field(name, path, _type_name(typ), default, text, flag_of.get(path))
+
+
+def gates() -> dict[str, bool]:
+    """The feature gates ``kubelet.featureGates`` accepts, with their defaults."""
+    return dict(features.DEFAULTS)
 
 
 def _flags_table() -> str:

@@ -6,7 +6,7 @@ Every section is a frozen ``msgspec.Struct`` that rejects unknown fields. Lists 
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from msgspec import field
 
@@ -18,7 +18,8 @@ KIND: Final = "NodeAgentConfiguration"
 
 
 class NodeConfiguration(Section, frozen=True):
-    """The kubelet's flag-only settings, which have no KubeletConfiguration field."""
+    """The kubelet's flag-only settings, which have no KubeletConfiguration field, and
+    nodeagent's own settings of the node (`streamingAuthorization`)."""
 
     kubeconfig: Annotated[
         str, doc("Kubeconfig with the node's API server credentials (`--kubeconfig`).")
@@ -68,6 +69,17 @@ class NodeConfiguration(Section, frozen=True):
             "(`--image-credential-provider-bin-dir`); each provider's `name` is its file here."
         ),
     ] = ""
+    streaming_authorization: Annotated[
+        Literal["Create", "HTTPMethod"],
+        doc(
+            "Verb the kubelet API authorizes `/exec`, `/attach`, `/run` and `/portForward` "
+            "with (on `nodes/proxy`). `Create`: always `create`, whatever the transport, so a "
+            "token with only `get nodes/proxy` (common in monitoring charts) cannot run "
+            "commands in containers. `HTTPMethod`: the verb follows the HTTP method, as on the "
+            "kubelet, where a WebSocket upgrade (a GET) needs only `get`. nodeagent's own; "
+            "not a kubelet setting."
+        ),
+    ] = "Create"
 
 
 class ConntrackConfiguration(Section, frozen=True):
@@ -99,6 +111,15 @@ class ProxyConfiguration(Section, frozen=True):
             "a ClusterIP is masqueraded. Empty: only `masqueradeAll` masquerades."
         ),
     ] = field(name="clusterCIDR", default="")
+    detect_local_mode: Annotated[
+        str,
+        doc(
+            "How traffic from this cluster's pods is told apart (kube-proxy's "
+            "`detectLocalMode`): `ClusterCIDR` (from `clusterCIDR`) or `NodeCIDR` (from the "
+            "Node's `spec.podCIDRs`, waited for at start). Traffic from elsewhere to a "
+            "ClusterIP is masqueraded."
+        ),
+    ] = "ClusterCIDR"
     service_cidr: Annotated[
         str,
         doc(
@@ -127,6 +148,20 @@ class ProxyConfiguration(Section, frozen=True):
     masquerade_bit: Annotated[
         int, doc("Packet mark bit (0-31) that flags a connection for masquerade.")
     ] = 14
+    healthz_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's health server (`/healthz`, `/livez`; what load "
+            "balancers and liveness probes poll). Empty: not served."
+        ),
+    ] = "0.0.0.0:10256"
+    metrics_bind_address: Annotated[
+        str,
+        doc(
+            "`ip:port` of kube-proxy's metrics server (`/metrics` with the `kubeproxy_*` "
+            "metrics, `/healthz`, `/proxyMode`). Empty: not served."
+        ),
+    ] = "127.0.0.1:10249"
     conntrack: ConntrackConfiguration = ConntrackConfiguration()
 
 

@@ -203,6 +203,17 @@ class KubeletConfiguration(Section, frozen=True):
     max_parallel_image_pulls: Annotated[
         int | None, doc("Max parallel pulls; null = 1 if serialized, else unlimited.")
     ] = None
+    registry_pull_qps: Annotated[
+        int,
+        doc(
+            "Image pulls started per second (`--registry-qps`); 0: no limit. A pull over it "
+            "fails at once with `pull QPS exceeded` (ErrImagePull, then the pull back-off)."
+        ),
+    ] = field(name="registryPullQPS", default=5)
+    registry_burst: Annotated[
+        int,
+        doc("Pulls that may start at once above `registryPullQPS` (`--registry-burst`)."),
+    ] = 10
     image_pull_credentials_verification_policy: Annotated[
         Literal[
             "NeverVerify",
@@ -215,9 +226,10 @@ class KubeletConfiguration(Section, frozen=True):
             "node without pulling it with its own credentials. `NeverVerify`: always. "
             "`NeverVerifyPreloadedImages`: images the agent did not pull serve every pod; one "
             "it pulled with a pull secret serves only pods with that secret (or its "
-            "credential), the others pull it again. `NeverVerifyAllowlistedImages`: like the "
-            "latter, but only the images of `preloadedImagesVerificationAllowlist` are exempt. "
-            "`AlwaysVerify`: every image is checked. Records: `<rootDir>/image_manager/`."
+            "credential), the others pull it again. `NeverVerifyAllowlistedImages`: only the "
+            "images of `preloadedImagesVerificationAllowlist` serve every pod; every other "
+            "image is checked, preloaded or not. `AlwaysVerify`: every image is checked. "
+            "Records: `<rootDir>/image_manager/`, pruned after image garbage collection."
         ),
     ] = "NeverVerifyPreloadedImages"
     preloaded_images_verification_allowlist: Annotated[

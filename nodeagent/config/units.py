@@ -14,19 +14,7 @@ from typing import Final, final
 
 from nodeagent import gotext, quantity
 
-_NS_PER: Final = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,  # micro sign
-    "\u03bcs": 1_000,  # Greek mu
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
 MAX_TEXT: Final = 100  # longer durations, quantities and percentages are refused unparsed
-_INT64_MAX: Final = 2**63 - 1
 SHOWN: Final = 100
 DURATION_HELP: Final = "a duration such as 300ms, 10s, 1m30s or 2h (units ns, us, ms, s, m, h)"
 
@@ -86,30 +74,18 @@ class Duration:
 
     @classmethod
     def parse(cls, text: str) -> Duration:
-        """Parse Go duration syntax; ``ValueError`` if ``text`` is not one."""
+        """Parse Go duration syntax (``gotext.parse_duration``); ``ValueError`` saying what is
+        allowed if ``text`` is not one."""
         if len(text) > MAX_TEXT:
             raise ValueError(f"{quoted(text)} is too long for {DURATION_HELP}")
-        body = text
-        sign = 1
-        if body and body[0] in "+-":
-            sign = -1 if body[0] == "-" else 1
-            body = body[1:]
-        if body == "0":
-            return cls(0)
-        pos = 0
-        total = Fraction(0)
-        while pos < len(body):
-            m = _DURATION_PART.match(body, pos)
-            if m is None:
-                break
-            total += Fraction(m.group(1)) * _NS_PER[m.group(2)]
-            pos = m.end()
-        if not body or pos != len(body):
-            raise ValueError(f"{quoted(text)} is not {DURATION_HELP}")
-        ns = int(total)  # truncates toward zero, like Go
-        if ns > _INT64_MAX:
-            raise ValueError(f"{quoted(text)} is out of range (at most 2562047h47m16.854775807s)")
-        return cls(sign * ns)
+        try:
+            return cls(gotext.parse_duration(text))
+        except gotext.DurationRangeError:
+            raise ValueError(
+                f"{quoted(text)} is out of range (at most 2562047h47m16.854775807s)"
+            ) from None
+        except ValueError:
+            raise ValueError(f"{quoted(text)} is not {DURATION_HELP}") from None
 
     @classmethod
     def of(

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from nodeagent.config import syntax
 from nodeagent.config.problem import Findings, Problem, child, entry, item, show
 from nodeagent.config.schema import API_VERSION, KIND, Config, NodeConfiguration, ProxyConfiguration
@@ -61,6 +63,23 @@ def _node(n: NodeConfiguration, out: Findings) -> None:
         out.add("node.nodeLabels", syntax.node_labels_message(unknown), unknown)
 
 
+DETECT_LOCAL_MODES = ("ClusterCIDR", "NodeCIDR")
+
+
+def _bind_address(value: str) -> str | None:
+    """Why ``value`` is not ``ip:port`` (kube-proxy's bind addresses), or None."""
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        ipaddress.ip_address(host)
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not sep or not 0 < number < 65536:
+        return f"{show(value)} is not an ip:port (e.g. 0.0.0.0:10256)"
+    return None
+
+
 def _proxy(p: ProxyConfiguration, out: Findings) -> None:
     if p.cluster_cidr:
         out.check("proxy.clusterCIDR", p.cluster_cidr, syntax.check_cidrs(p.cluster_cidr))
@@ -84,6 +103,19 @@ def _proxy(p: ProxyConfiguration, out: Findings) -> None:
             f"proxy.syncPeriod ({p.sync_period})",
         )
     out.in_range("proxy.masqueradeBit", p.masquerade_bit, 0, 31)
+    if p.detect_local_mode not in DETECT_LOCAL_MODES:
+        out.add(
+            "proxy.detectLocalMode",
+            f"{show(p.detect_local_mode)} is not one of {', '.join(DETECT_LOCAL_MODES)}"
+            " (BridgeInterface and InterfaceNamePrefix are not supported)",
+            p.detect_local_mode,
+        )
+    for key, address in (
+        ("healthzBindAddress", p.healthz_bind_address),
+        ("metricsBindAddress", p.metrics_bind_address),
+    ):
+        if address:
+            out.check(child("proxy", key), address, _bind_address(address))
     ct = p.conntrack
     out.at_least("proxy.conntrack.maxPerCore", ct.max_per_core, 0)
     out.at_least("proxy.conntrack.min", ct.min, 0)

@@ -186,6 +186,8 @@ def _images(k: KubeletConfiguration, gates: Mapping[str, bool], out: Findings) -
     if max_age.nanoseconds > 0 and not gates["ImageMaximumGCAge"]:
         out.add(_p("imageMaximumGCAge"), "requires feature gate ImageMaximumGCAge", max_age)
     _pull_verification(k, gates, out)
+    out.at_least(_p("registryPullQPS"), k.registry_pull_qps, 0, INT32_MAX)
+    out.at_least(_p("registryBurst"), k.registry_burst, 0, INT32_MAX)
     parallel = k.max_parallel_image_pulls
     if parallel is not None and parallel < 1:
         out.add(_p("maxParallelImagePulls"), f"{parallel} must be >= 1 (or null)", parallel)

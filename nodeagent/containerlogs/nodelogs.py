@@ -2,12 +2,18 @@
 ``/logs/?query=<unit>`` through the journal (its ``enableSystemLogQuery``, node log query).
 
 Files: everything under the log directory (``/var/log``), a directory as the Go file server
-lists it (``<pre>`` of links), a file as is. A path that leaves the directory (``..``, or a
-symlink resolving outside it) is a 404, stricter than the kubelet's file server which follows
-symlinks anywhere. Query: ``journalctl -u <unit>`` for each ``query`` value, with
-``sinceTime``, ``untilTime``, ``tailLines``, ``pattern`` and ``boot`` as the kubelet passes
-them, streamed as journalctl writes it; refused with a message naming the setting while
-``enableSystemLogQuery`` is false (the kubelet's default).
+lists it (``<pre>`` of links), a file as is. A writer under the log directory (a hostPath pod,
+as log collectors have) can swap any entry for a symlink at any moment, so a path is opened
+once, beneath the directory's descriptor with no symlink followed
+(:func:`nodeagent.beneath.open_beneath`), and the answer is made from that descriptor: a
+listing from ``scandir`` of it, a file through its ``/proc/self/fd`` link, which names the
+open file and is not resolved again. ``..`` and every symlink (even one that stays inside)
+are a 404, stricter than the kubelet's file server, which follows symlinks anywhere.
+
+Query: ``journalctl -u <unit>`` for each ``query`` value, with ``sinceTime``, ``untilTime``,
+``tailLines``, ``pattern`` and ``boot`` as the kubelet passes them, streamed as journalctl
+writes it; refused with a message naming the setting while ``enableSystemLogQuery`` is false
+(the kubelet's default).
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import html
 import os
 import re
 import shutil
+import stat
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
+
+from nodeagent.beneath import NotBeneath, open_beneath
 
 UNIT: Final = re.compile(r"^[A-Za-z0-9._@:\\-]+$")
 
@@ -41,18 +50,6 @@ NODE_LOGS = web.AppKey("nodelogs", NodeLogSettings)
 routes = web.RouteTableDef()
 
 
-def resolve(directory: str, relative: str) -> str | None:
-    """The real path of ``relative`` under ``directory``; None when it would leave it."""
-    root = os.path.realpath(directory)
-    parts = [p for p in relative.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        return None
-    target = os.path.realpath(os.path.join(root, *parts))
-    if target != root and not target.startswith(root + os.sep):
-        return None
-    return target
-
-
 def listing(names: list[tuple[str, bool]]) -> str:
     """A directory as Go's ``http.FileServer`` lists it."""
     rows = "".join(
@@ -67,16 +64,48 @@ def listing(names: list[tuple[str, bool]]) -> str:
     )
 
 
-def _locate(directory: str, relative: str) -> tuple[str | None, str]:
-    target = resolve(directory, relative)
-    if target is None or not os.path.exists(target):
-        return target, "missing"
-    return target, "dir" if os.path.isdir(target) else "file"
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """An open file or directory under the log directory (the caller closes ``fd``)."""
+
+    fd: int
+    is_dir: bool
 
 
-def _scan(path: str) -> list[tuple[str, bool]]:
-    with os.scandir(path) as it:
-        return [(e.name, e.is_dir()) for e in it]
+def open_entry(directory: str, relative: str) -> Entry | None:
+    """``relative`` opened beneath ``directory`` without following a symlink; None when it
+    is missing, leaves the directory, goes through a symlink or is neither a regular file
+    nor a directory (a FIFO is opened non-blocking, then refused). ``PermissionError``
+    passes through. Blocking."""
+    root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = open_beneath(root, relative, os.O_RDONLY | os.O_NONBLOCK)
+    except (NotBeneath, FileNotFoundError, NotADirectoryError):
+        return None
+    finally:
+        os.close(root)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return Entry(fd, stat.S_ISDIR(mode))
+    os.close(fd)
+    return None
+
+
+def scan(fd: int) -> list[tuple[str, bool]]:
+    """(name, is a directory) of the open directory ``fd``; a symlink is not a directory."""
+    with os.scandir(fd) as it:
+        return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+
+
+class _DescriptorResponse(web.FileResponse):
+    """A file answered from an open descriptor (its ``/proc/self/fd/<n>`` link names the open
+    file, not a path), with ``FileResponse``'s ranges and conditional requests. Prepared by
+    the handler while the descriptor is open; aiohttp's own later ``prepare`` is a no-op."""
+
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        if self.prepared:
+            return None
+        return await super().prepare(request)
 
 
 def journal_argv(query: Mapping[str, str], units: list[str], journalctl: str) -> list[str]:
@@ -152,15 +181,25 @@ async def node_logs(request: web.Request) -> web.StreamResponse:
     relative = request.match_info.get("path", "")
     if request.path == "/logs":
         raise web.HTTPMovedPermanently("/logs/")
-    target, kind = await asyncio.to_thread(_locate, settings.directory, relative)
-    if target is None or kind == "missing":
+    try:
+        entry = await asyncio.to_thread(open_entry, settings.directory, relative)
+    except PermissionError:
+        return web.Response(status=403, text="403 Forbidden\n")
+    if entry is None:
         return web.Response(status=404, text="404 page not found\n")
-    if kind == "dir":
-        if relative and not relative.endswith("/"):
-            raise web.HTTPMovedPermanently(request.path + "/")
-        try:
-            names = await asyncio.to_thread(_scan, target)
-        except PermissionError:
-            return web.Response(status=403, text="403 Forbidden\n")
-        return web.Response(text=listing(names), content_type="text/html")
-    return web.FileResponse(target, headers={"Content-Type": "text/plain; charset=utf-8"})
+    try:
+        if entry.is_dir:
+            if relative and not relative.endswith("/"):
+                raise web.HTTPMovedPermanently(request.path + "/")
+            try:
+                names = await asyncio.to_thread(scan, entry.fd)
+            except PermissionError:
+                return web.Response(status=403, text="403 Forbidden\n")
+            return web.Response(text=listing(names), content_type="text/html")
+        response = _DescriptorResponse(
+            f"/proc/self/fd/{entry.fd}", headers={"Content-Type": "text/plain; charset=utf-8"}
+        )
+        await response.prepare(request)
+        return response
+    finally:
+        os.close(entry.fd)

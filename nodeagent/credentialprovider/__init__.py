@@ -8,6 +8,10 @@
   entry for ``docker.io`` images.
 - :mod:`.secrets`: a keyring from a pod's ``imagePullSecrets`` (``kubernetes.io/dockerconfigjson``
   and ``kubernetes.io/dockercfg``), each credential tracked with the secret it came from.
+- :mod:`.nodekeyring`: the node's own credential file (``config.json`` under the root dir,
+  the working directory, ``$HOME/.docker``; else ``.dockercfg``), read every 5 minutes.
+- :mod:`.pullpolicy`: which present images need their pull credentials checked
+  (``imagePullCredentialsVerificationPolicy``).
 - :mod:`.plugin`: the kubelet's exec credential provider plugins
   (``credentialprovider.kubelet.k8s.io/v1``), their config file, cache and service-account
   token mode.

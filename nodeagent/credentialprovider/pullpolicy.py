@@ -3,9 +3,10 @@
 
 ``NeverVerify``: an image on the node serves any pod. ``NeverVerifyPreloadedImages`` (the
 default): only images the agent pulled itself are checked; images put on the node otherwise
-serve any pod. ``NeverVerifyAllowlistedImages``: like the default, except the images of
-``preloadedImagesVerificationAllowlist`` (a repository, or a prefix ending in ``/*``), which
-are never checked. ``AlwaysVerify``: every image is checked. Pure functions.
+serve any pod. ``NeverVerifyAllowlistedImages``: the images of
+``preloadedImagesVerificationAllowlist`` (a repository, or a prefix ending in ``/*``) are never
+checked, every other image is, whoever put it on the node. ``AlwaysVerify``: every image is
+checked. Pure functions.
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ class EvictionManager:
                 )
             message = policy.eviction_message(resource, pod, usage, actionable, observations)
             now_text = rfc3339(self._clock.now())
-            condition = policy.disruption_condition(message, now_text)
+            condition = policy.disruption_condition(message, now_text, pod.metadata.generation)
             if await self._evict(pod, grace, message, condition):
                 return [pod]
         self._log.info("Eviction manager: unable to evict any pods from the node")

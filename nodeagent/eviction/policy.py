@@ -302,14 +302,18 @@ def eviction_message(
     return message
 
 
-def disruption_condition(message: str, now: str) -> dict[str, str]:
-    return {
+def disruption_condition(message: str, now: str, generation: int = 0) -> dict[str, Any]:
+    """The ``DisruptionTarget`` of an evicted pod, observing the pod's ``generation``."""
+    condition: dict[str, Any] = {
         "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": TERMINATION_BY_KUBELET,
         "message": message,
         "lastTransitionTime": now,
     }
+    if generation:
+        condition["observedGeneration"] = generation
+    return condition
 
 
 @dataclass(frozen=True, slots=True)

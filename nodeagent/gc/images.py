@@ -10,13 +10,22 @@ come from ``statvfs`` of the mountpoint ``ImageFsInfo`` names (cAdvisor's readin
 Failures: an unfreeable shortfall records ``FreeDiskSpaceFailed``, a zero capacity
 ``InvalidDiskCapacity``; a run that fails twice in a row records ``ImageGCFailed``, as the
 kubelet does (the first failure is often stats that are not ready yet).
+
+After each pass, ``post_gc`` (the kubelet's ``PostImageGCHook``: the pull records' pruning)
+learns the images still on the node and the time taken before they were listed. Unlike the
+kubelet, every pass runs it (the kubelet's runs only after a pass that freed space by the
+thresholds, so records of images removed by age or by hand stay until then), and it is given
+every image still listed, in use or not (the kubelet's ``freeSpace`` hands over only the unused
+images it kept, which drops the records of images in use: an image pulled with a secret then
+serves any pod as if preloaded).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import datetime
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -52,6 +61,8 @@ IMAGE_GC_FAILED: Final = "ImageGCFailed"
 INVALID_DISK_CAPACITY: Final = "InvalidDiskCapacity"
 
 FsStatsReader = Callable[[str], Awaitable[FsStats]]
+PostGcHook = Callable[[list[str], datetime.datetime], object]
+"""(the image IDs still on the node, a time taken before they were listed)."""
 
 
 class ImageGCError(AgentError):
@@ -92,6 +103,7 @@ class ImageGC:
         sandbox_image: str = "",
         fs_stats: FsStatsReader = statvfs_stats,
         period: float = IMAGE_GC_PERIOD,
+        post_gc: Sequence[PostGcHook] = (),
         log: Logger | None = None,
     ) -> None:
         self._images = images
@@ -104,6 +116,8 @@ class ImageGC:
         self._period = period
         self._log = log or get_logger("gc.images")
         self._records: dict[str, ImageRecord] = {}
+        self._post_gc = tuple(post_gc)
+        self._listed: list[str] = []
 
     @property
     def name(self) -> str:
@@ -148,9 +162,16 @@ class ImageGC:
 
     async def garbage_collect(self, *, began: float) -> ImageGCResult:
         result = ImageGCResult()
-        now = self._clock.now().timestamp()
-        candidates = await self._candidates(now)
+        started = self._clock.now()
+        candidates = await self._candidates(started.timestamp())
+        try:
+            return await self._collect(candidates, result, began=began, now=started.timestamp())
+        finally:
+            self._run_post_gc(result, started)
 
+    async def _collect(
+        self, candidates: list[ImageRecord], result: ImageGCResult, *, began: float, now: float
+    ) -> ImageGCResult:
         old = too_old(candidates, now=now, began=began, max_age=self._policy.max_age)
         errors = [e for e in [await self._remove(r, result, "age") for r in old] if e]
         if errors:
@@ -208,13 +229,17 @@ class ImageGC:
         whatever the thresholds: the eviction manager's node-level reclaim under disk pressure
         (the kubelet's ``DeleteUnusedImages``)."""
         result = ImageGCResult()
-        now = self._clock.now().timestamp()
+        started = self._clock.now()
+        now = started.timestamp()
         candidates = await self._candidates(now)
-        errors = [
-            e
-            for r in space_candidates(candidates, now=now, min_age=self._policy.min_age)
-            if (e := await self._remove(r, result, "space"))
-        ]
+        try:
+            errors = [
+                e
+                for r in space_candidates(candidates, now=now, min_age=self._policy.min_age)
+                if (e := await self._remove(r, result, "space"))
+            ]
+        finally:
+            self._run_post_gc(result, started)
         if errors:
             raise ImageGCError(
                 f"wanted to free all unused images, encountered errors in image deletion: "
@@ -222,11 +247,18 @@ class ImageGC:
             )
         return result
 
+    def _run_post_gc(self, result: ImageGCResult, started: datetime.datetime) -> None:
+        removed = set(result.removed)
+        remaining = [image for image in self._listed if image not in removed]
+        for hook in self._post_gc:
+            hook(remaining, started)
+
     async def _candidates(self, now: float) -> list[ImageRecord]:
         """The images present now, recorded with when they were first seen and last used,
         in the order they are removed (the kubelet's ``detectImages`` then the eviction
         order); images in use and pinned ones are left out."""
         listed = [listed_image(i) for i in await self._images.list_images()]
+        self._listed = [image.id for image in listed]
         in_use = images_in_use(listed, await self._in_use_refs())
         self._records = detect(self._records, listed, in_use=in_use, now=now)
         return eviction_order(self._records.values(), in_use=in_use)

@@ -4,6 +4,7 @@ list the node status reads (every 30s)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeagent.clock import Clock
@@ -13,7 +14,7 @@ from nodeagent.events import DiscardEvents, EventSink
 from nodeagent.gc.containers import ContainerGC
 from nodeagent.gc.imagelist import ImageList
 from nodeagent.gc.imagepolicy import ImageGCPolicy
-from nodeagent.gc.images import ImageGC
+from nodeagent.gc.images import ImageGC, PostGcHook
 from nodeagent.gc.podstate import PodsView
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.log import get_logger
@@ -52,12 +53,22 @@ def gc_managers(
     pod_logs_dir: str,
     container_logs_dir: str,
     events: EventSink | None = None,
+    post_image_gc: Sequence[PostGcHook] = (),
 ) -> GarbageCollectors:
+    """``post_image_gc``: told after each image GC pass which images are still on the node
+    (the pull records' pruning)."""
     sink = events or DiscardEvents()
     policy = image_gc_policy(config)
     image_gc: Manager
     if policy.enabled:
-        image_gc = ImageGC(images=images, runtime=runtime, clock=clock, events=sink, policy=policy)
+        image_gc = ImageGC(
+            images=images,
+            runtime=runtime,
+            clock=clock,
+            events=sink,
+            policy=policy,
+            post_gc=post_image_gc,
+        )
     else:
         get_logger("gc.images").v(2).info(
             "ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC"

@@ -171,6 +171,7 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
         kubeconfig=cfg.node.kubeconfig,
         bootstrap_kubeconfig=cfg.node.bootstrap_kubeconfig,
         root_dir=cfg.node.root_dir,
+        client_ca_file=cfg.kubelet.authentication.x509.client_ca_file,
     )
     flags = files.agent_flags(paths, node_name=args.node_name, node_ip=args.node_ip)
     if paths.kubeconfig.exists():
@@ -202,6 +203,8 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
         )
     files.write_join_files(paths, server=info.server, ca_pem=info.ca_pem, token=token, flags=flags)
     say(f"[join] Wrote the bootstrap kubeconfig {paths.bootstrap_kubeconfig} ({info.server})")
+    if paths.client_ca is not None:
+        say(f"[join] Wrote the cluster CA {paths.client_ca} (the agent's client CA)")
     say(f"[join] Wrote the agent's flags {paths.flags_file}: {' '.join(flags)}")
     if args.no_start or not steps.systemd_manages_agent():
         why = "--no-start" if args.no_start else f"no systemd managing {start.UNIT}"

@@ -1,7 +1,7 @@
 """What ``nodeagent join`` leaves on the node once discovery has succeeded.
 
-Two files, as kubeadm's ``kubelet-start`` phase writes ``bootstrap-kubelet.conf`` and
-``kubeadm-flags.env``:
+The files kubeadm's ``kubelet-start`` phase writes (``bootstrap-kubelet.conf``,
+``kubeadm-flags.env``, and ``pki/ca.crt`` that its kubelet configuration names as the client CA):
 
 - the **bootstrap kubeconfig** (0600) at ``node.bootstrapKubeconfig``, or beside
   ``node.kubeconfig`` as ``bootstrap-kubeconfig`` when the config leaves it empty: kubeadm's
@@ -9,10 +9,15 @@ Two files, as kubeadm's ``kubelet-start`` phase writes ``bootstrap-kubelet.conf`
   server from the verified ``cluster-info``, the verified CA inline, the token as the
   credential. The agent's credentials manager uses it for TLS bootstrap while
   ``node.kubeconfig`` does not exist;
+- the **cluster CA** (0644) at ``<rootDir>/pki/ca.crt``, unless the configuration names its
+  own ``kubelet.authentication.x509.clientCAFile``: the agent verifies the apiserver's client
+  certificate with it when the apiserver comes for logs, exec or port-forward (without it those
+  answer 401), as kubeadm's kubelet does with ``/etc/kubernetes/pki/ca.crt``;
 - the **flags file** ``<rootDir>/join-flags.env``: ``NODEAGENT_JOIN_ARGS="..."`` with
-  ``--bootstrap-kubeconfig`` and the operator's ``--node-name`` / ``--node-ip`` as the agent's
-  flags. ``nodeagent.service`` reads it (``EnvironmentFile=``) and puts ``$NODEAGENT_JOIN_ARGS``
-  before the admin's ``$NODEAGENT_ARGS``, so a flag in ``/etc/default/nodeagent`` still wins.
+  ``--bootstrap-kubeconfig``, ``--client-ca-file`` when join wrote the CA, and the operator's
+  ``--node-name`` / ``--node-ip`` as the agent's flags. ``nodeagent.service`` reads it
+  (``EnvironmentFile=``) and puts ``$NODEAGENT_JOIN_ARGS`` before the admin's
+  ``$NODEAGENT_ARGS``, so a flag in ``/etc/default/nodeagent`` still wins.
 
 The bootstrap kubeconfig is written first: a flags file never points at a missing one.
 """
@@ -20,7 +25,6 @@ The bootstrap kubeconfig is written first: a flags file never points at a missin
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,12 +33,14 @@ from typing import Final
 
 import yaml
 
+from nodeagent.atomicfile import write_atomic
 from nodeagent.certificate.store import write_private
 from nodeagent.join.token import BootstrapToken, JoinError
 
 FLAGS_FILE: Final = "join-flags.env"
 FLAGS_VARIABLE: Final = "NODEAGENT_JOIN_ARGS"
 BOOTSTRAP_FILE: Final = "bootstrap-kubeconfig"
+CLIENT_CA_FILE: Final = "pki/ca.crt"  # under the root dir
 CLUSTER_NAME: Final = "kubernetes"  # kubeadm's DefaultClusterName
 BOOTSTRAP_USER: Final = "tls-bootstrap-token-user"  # kubeadm's discovery TokenUser
 _SAFE: Final = re.compile(r"[^\s\"'\\$`]+")  # a systemd $VAR splits on whitespace, no quoting
@@ -45,12 +51,16 @@ class JoinPaths:
     kubeconfig: Path  # written by TLS bootstrap, never by join
     bootstrap_kubeconfig: Path
     flags_file: Path
+    client_ca: Path | None = None  # None: the configuration names its own client CA
 
     def written(self) -> tuple[Path, ...]:
-        return (self.bootstrap_kubeconfig, self.flags_file)
+        ca = () if self.client_ca is None else (self.client_ca,)
+        return (self.bootstrap_kubeconfig, *ca, self.flags_file)
 
 
-def paths_for(*, kubeconfig: str, bootstrap_kubeconfig: str, root_dir: str) -> JoinPaths:
+def paths_for(
+    *, kubeconfig: str, bootstrap_kubeconfig: str, root_dir: str, client_ca_file: str = ""
+) -> JoinPaths:
     node_kubeconfig = Path(kubeconfig)
     boot = (
         Path(bootstrap_kubeconfig)
@@ -61,12 +71,15 @@ def paths_for(*, kubeconfig: str, bootstrap_kubeconfig: str, root_dir: str) -> J
         kubeconfig=node_kubeconfig,
         bootstrap_kubeconfig=boot,
         flags_file=Path(root_dir) / FLAGS_FILE,
+        client_ca=None if client_ca_file else Path(root_dir) / CLIENT_CA_FILE,
     )
 
 
 def agent_flags(paths: JoinPaths, *, node_name: str | None, node_ip: str | None) -> tuple[str, ...]:
     """The ``nodeagent run`` flags the join decided, each one word (refused otherwise)."""
     flags = [f"--bootstrap-kubeconfig={paths.bootstrap_kubeconfig}"]
+    if paths.client_ca is not None:
+        flags.append(f"--client-ca-file={paths.client_ca}")
     if node_name:
         flags.append(f"--hostname-override={node_name}")
     if node_ip:
@@ -118,25 +131,9 @@ def write_join_files(
         paths.bootstrap_kubeconfig,
         render_bootstrap_kubeconfig(server=server, ca_pem=ca_pem, token=token).encode(),
     )
-    _write_public(paths.flags_file, render_flags_env(flags).encode())
-
-
-def _write_public(path: Path, data: bytes) -> None:
-    """Atomically, 0644 (no secret in it), never through a planted symlink."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    if paths.client_ca is not None:
+        write_atomic(paths.client_ca, ca_pem, mode=0o644, dir_mode=0o700)
+    write_atomic(paths.flags_file, render_flags_env(flags).encode(), mode=0o644, dir_mode=0o700)
 
 
 def read_flags_env(path: Path) -> tuple[str, ...]:

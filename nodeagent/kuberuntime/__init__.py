@@ -19,7 +19,7 @@ containers as ``compute_pod_actions()`` plans them from the spec and the CRI sta
   ``GeneratePodHostNameAndDomain`` (``dns.py``);
 - init containers run one at a time, sidecars (init containers with ``restartPolicy: Always``)
   are kept running, then the app containers (started by ``containers.py``); lifecycle hooks
-  (``hooks.py``) and termination messages (``termination.py``);
+  (``hooks.py``) and termination messages (``termination.py``, read by ``messages.py``);
 - before each container starts, once the pod has an IP (at once with ``hostNetwork``), the
   kubelet-managed ``<rootDir>/pods/<uid>/etc-hosts`` (``etchosts.py``: the kubelet's header,
   localhost lines, ``<podIP> <hostname>.<subdomain>.<ns>.svc.<clusterDomain> <hostname>``,
@@ -36,7 +36,7 @@ containers as ``compute_pod_actions()`` plans them from the spec and the CRI sta
   ``CreateContainerConfigError`` naming the field); their
   ``status.ephemeralContainerStatuses`` are never ready, without ``started``, never probed;
   they are found again after an agent restart by the kubelet's container labels;
-- every stop goes through ``ContainerRunner.kill_container`` (``containers.py``): the
+- every stop goes through ``ContainerKiller.kill_container`` (``killing.py``): the
   ``Killing`` Event, preStop within the grace period, sidecars after the app containers in
   reverse order (``termination_order.py``), then ``StopContainer``.
 """

@@ -1,19 +1,18 @@
-"""Starting, stopping and removing one container, as the kubelet's ``kuberuntime_container.go``.
+"""Starting and removing one container, as the kubelet's ``kuberuntime_container.go``.
 
 :class:`ContainerRunner` does what the runtime manager's plan asks of a single container.
 Starting one: crash-loop back-off check, image presence, the pod's managed /etc/hosts
 (``etchosts``, rewritten for each container once the pod has IPs), CreateContainer,
 StartContainer, then the ``/var/log/containers`` symlink, removal of dead instances beyond the
-last one and the postStart hook. Stopping one (``kill_container``): the ``Killing`` event, the
-preStop hook within the grace period, the wait for the containers that must stop first, then
-StopContainer. It also reads an exited container's termination message (once per instance).
-Failures are recorded per container in the :class:`SyncResult` with the kubelet's reasons;
-they never stop the other containers.
+last one and the postStart hook (a failed one kills the container through
+:class:`~nodeagent.kuberuntime.killing.ContainerKiller`, the one place a container is
+stopped; an exited container's termination message is read by :mod:`.messages`). Failures
+are recorded per container in the :class:`SyncResult` with the kubelet's reasons; they never
+stop the other containers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -38,14 +37,10 @@ from nodeagent.kuberuntime.env import (
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import (
     FAILED_POST_START_HOOK,
-    FAILED_PRE_STOP_HOOK,
     LIFECYCLE_HTTP_FALLBACK,
     POST_START_EVENT_MESSAGE,
     POST_START_HOOK_ERROR,
-    PRE_STOP_EVENT_MESSAGE,
     HookRunner,
-    grace_after_pre_stop,
-    stop_grace,
 )
 from nodeagent.kuberuntime.images import (
     ImageManager,
@@ -59,6 +54,7 @@ from nodeagent.kuberuntime.imagevolumes import (
     prepare_images,
     pull_image_volumes,
 )
+from nodeagent.kuberuntime.killing import ContainerKiller
 from nodeagent.kuberuntime.labels import container_hash
 from nodeagent.kuberuntime.mounts import PodMounts, to_cri
 from nodeagent.kuberuntime.podfiles import Files, legacy_log_symlink
@@ -75,17 +71,11 @@ from nodeagent.kuberuntime.runtime_state import ContainerRecord, ContainerState,
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.kuberuntime.termination import (
     FILE_MODE,
-    MAX_LOG_BYTES,
-    MAX_MESSAGE_BYTES,
     MessageFile,
-    log_tail_message,
-    message_source,
     new_instance_id,
-    read_error_message,
     termination_message_file,
     termination_message_mounts,
 )
-from nodeagent.kuberuntime.termination_order import TerminationOrdering
 from nodeagent.log import Logger
 from nodeagent.podspec import (
     Container,
@@ -96,8 +86,6 @@ from nodeagent.podspec import (
     termination_grace_period,
 )
 
-LOG_TAIL_READ: Final = 64 * 1024
-"""How much of a container log is read for ``FallbackToLogsOnError`` (80 lines' worth)."""
 SERVICES_RETRY: Final = 10.0  # after "services have not yet been read": the kubelet's backOffPeriod
 # Event messages of 1.35+ (kubernetes/kubernetes#134043 took the container name out of the
 # message: the event's fieldPath names the container).
@@ -135,6 +123,7 @@ class ContainerRunner:
         files: Files,
         backoff: Backoff,
         hooks: HookRunner,
+        killer: ContainerKiller,
         log: Logger,
         image_options: ImageOptions | None = None,
     ) -> None:
@@ -144,8 +133,7 @@ class ContainerRunner:
         self._runtime = runtime
         self._clock = clock
         self._hooks = hooks
-        self._messages: dict[str, dict[str, str]] = {}
-        """Pod uid -> exited container id -> its termination message (read once)."""
+        self._killer = killer
         self._get_settings = settings
         self._acting = acting
         self._files = files
@@ -171,10 +159,9 @@ class ContainerRunner:
         return await pull_image_volumes(self._images, pod, sandbox_config, result, secrets)
 
     def forget(self, uid: str) -> None:
-        """Drop a deleted pod's back-offs and termination messages."""
+        """Drop a deleted pod's back-offs."""
         self._backoff.forget(uid)
         self._images.forget(uid)
-        self._messages.pop(uid, None)
 
     # --- starting -----------------------------------------------------------------------
 
@@ -414,7 +401,7 @@ class ContainerRunner:
         result.event(
             "Warning", FAILED_POST_START_HOOK, POST_START_EVENT_MESSAGE, container=container.name
         )
-        await self.kill_container(
+        await self._killer.kill_container(
             pod,
             container_id,
             container.name,
@@ -460,128 +447,6 @@ class ContainerRunner:
             )
         )
 
-    # --- termination messages ---------------------------------------------------------
-
-    async def termination_message(self, uid: str, status: cri.ContainerStatus) -> str:
-        """What an exited container wrote to its termination message file (or its log's
-        tail under ``FallbackToLogsOnError``); read once per container."""
-        cache = self._messages.setdefault(uid, {})
-        if status.id in cache:
-            return cache[status.id]
-        source = message_source(status)
-        message = ""
-        fallback = source.fallback_to_logs
-        if source.host_path is not None:
-            try:
-                data = await self._files.read_tail(source.host_path, MAX_MESSAGE_BYTES)
-            except OSError as e:
-                data, fallback = None, False
-                message = read_error_message(source.host_path, str(e))
-            if data:
-                message, fallback = data.decode(errors="replace"), False
-        if fallback and source.log_path:
-            try:
-                log = await self._files.read_tail(source.log_path, LOG_TAIL_READ)
-            except OSError:
-                log = None
-            message = log_tail_message(log or b"")[-MAX_LOG_BYTES:]
-        cache[status.id] = message
-        return message
-
-    # --- killing ------------------------------------------------------------------------
-
-    async def kill_container(
-        self,
-        pod: Pod | None,
-        container_id: str,
-        name: str,
-        *,
-        grace: int,
-        message: str = "",
-        override: int | None = None,
-        result: SyncResult | None = None,
-        pod_ips: Sequence[str] = (),
-        ordering: TerminationOrdering | None = None,
-    ) -> None:
-        """The one place a container is stopped, as the kubelet's ``killContainer``: the
-        ``Killing`` event, the preStop hook within ``grace`` (the time it takes is deducted),
-        the wait for the containers that must stop first (sidecars), then StopContainer with
-        what is left (at least 2 s, unless ``override``)."""
-        spec = _container_spec(pod, name) if pod is not None else None
-        if pod is not None:
-            self._acting(pod.uid)
-        if result is not None:
-            result.event(
-                "Normal", "Killing", message or f"Stopping container {name}", container=name
-            )
-        pre_stop = spec.lifecycle.pre_stop if spec is not None and spec.lifecycle else None
-        if pod is not None and spec is not None and pre_stop is not None and grace > 0:
-            started = self._clock.monotonic()
-            try:
-                hook = self._hooks.run(
-                    pod,
-                    spec,
-                    container_id,
-                    pre_stop,
-                    pod_ips=pod_ips,
-                    on_fallback=lambda text: (
-                        result.event("Warning", LIFECYCLE_HTTP_FALLBACK, text) if result else None
-                    ),
-                )
-                failure = await asyncio.wait_for(hook, grace)
-            except TimeoutError:
-                failure = None
-                self._log.v(2).info(
-                    "PreStop hook not completed in grace period",
-                    pod_namespace=pod.namespace,
-                    pod_name=pod.name,
-                    container_name=name,
-                    grace_period=grace,
-                )
-            if failure is not None:
-                self._log.error(
-                    "PreStop hook failed",
-                    pod_namespace=pod.namespace,
-                    pod_name=pod.name,
-                    pod_uid=pod.uid,
-                    container_name=name,
-                    container_id=container_id,
-                    error=failure,
-                )
-                if result is not None:
-                    result.event(
-                        "Warning", FAILED_PRE_STOP_HOOK, PRE_STOP_EVENT_MESSAGE, container=name
-                    )
-            grace = grace_after_pre_stop(grace, self._clock.monotonic() - started)
-        if ordering is not None and grace > 0:
-            grace -= int(await ordering.wait_for_turn(name, grace))
-        seconds = stop_grace(grace, override=override)
-        try:
-            await self._stop_container(pod, container_id, name, seconds)
-        finally:
-            if ordering is not None:
-                ordering.terminated(name)
-
-    async def _stop_container(
-        self, pod: Pod | None, container_id: str, name: str, grace: int
-    ) -> None:
-        try:
-            await self._runtime.stop_container(container_id, grace)
-        except CriNotFound:
-            return
-        fields = (
-            {"pod_namespace": pod.namespace, "pod_name": pod.name, "pod_uid": pod.uid}
-            if pod
-            else {}
-        )
-        self._log.v(2).info(
-            "Stopped container",
-            container_name=name,
-            container_id=container_id,
-            grace_period=grace,
-            **fields,
-        )
-
 
 def ephemeral_refusal(pod: Pod, container: Container) -> str | None:
     """Why an ephemeral container must not run: a field the apiserver refuses on one (it
@@ -610,9 +475,3 @@ def namespace_target(container: Container, state: PodRuntimeState) -> str:
             f"unable to find target container {container.target_container_name}"
         )
     return target.id
-
-
-def _container_spec(pod: Pod, name: str) -> Container | None:
-    return next(
-        (c for c in (*pod.spec.init_containers, *pod.spec.containers) if c.name == name), None
-    )

@@ -1,5 +1,6 @@
 """The credentials to pull one image for one pod (the kubelet's
-``makeLookupPullCredentialsFunc``): the pod's pull secrets first, then the credential
+``makeLookupPullCredentialsFunc``): the pod's pull secrets first, then the node's own
+credential file (:mod:`nodeagent.credentialprovider.nodekeyring`), then the credential
 provider plugins, each keyring answering most specific first. Looked up at most once per
 image per sync, and only when needed (a present image under ``NeverVerify`` needs none).
 A pull secret that does not parse is a :class:`DockerConfigError` naming it.
@@ -11,14 +12,18 @@ from collections.abc import Sequence
 
 from nodeagent.credentialprovider import PullSecret, TrackedAuthConfig, keyring_from_secrets
 from nodeagent.credentialprovider.keyring import union
+from nodeagent.credentialprovider.nodekeyring import NodeKeyring
 from nodeagent.credentialprovider.plugin import PluginProviders, PodIdentity
 from nodeagent.kuberuntime.imageref import parse_image_ref
 from nodeagent.kuberuntime.pullrecords import SecretRef, ServiceAccountRef
 
 
 class ImageCredentials:
-    def __init__(self, *, plugins: PluginProviders | None = None) -> None:
+    def __init__(
+        self, *, plugins: PluginProviders | None = None, node: NodeKeyring | None = None
+    ) -> None:
         self._plugins = plugins or PluginProviders()
+        self._node = node
 
     async def lookup(
         self, image: str, secrets: Sequence[PullSecret], pod: PodIdentity | None
@@ -27,7 +32,8 @@ class ImageCredentials:
         repository = parse_image_ref(image).repository
         keyring = keyring_from_secrets(secrets)
         from_secrets = keyring.lookup(repository) if keyring is not None else []
-        return union(from_secrets, await self._plugins.lookup(repository, pod))
+        from_node = await self._node.lookup(repository) if self._node is not None else []
+        return union(from_secrets, from_node, await self._plugins.lookup(repository, pod))
 
 
 def pod_credentials(

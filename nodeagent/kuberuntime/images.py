@@ -117,11 +117,14 @@ class ImageFailure(Exception):
 @dataclass(frozen=True, slots=True)
 class ImageOptions:
     """How images are pulled: ``parallel`` pulls at once (None: no bound; the kubelet's
-    ``serializeImagePulls``/``maxParallelImagePulls``), where credentials come from, the pull
-    records (None: ``KubeletEnsureSecretPulledImages`` off), and whether plugins learn the
-    pod and its service account (``KubeletServiceAccountTokenForCredentialProviders``)."""
+    ``serializeImagePulls``/``maxParallelImagePulls``), ``qps`` started per second with
+    ``burst`` (``registryPullQPS``/``registryBurst``; 0: no limit), where credentials come from,
+    the pull records (None: ``KubeletEnsureSecretPulledImages`` off), and whether plugins learn
+    the pod and its service account (``KubeletServiceAccountTokenForCredentialProviders``)."""
 
     parallel: int | None = 1
+    qps: int = 0
+    burst: int = 0
     credentials: ImageCredentials | None = None
     pull_manager: PullManager | None = None
     pod_identities: bool = True
@@ -140,7 +143,13 @@ class ImageManager:
         self._images = images
         self._backoff = backoff
         self._monotonic = monotonic
-        self._puller = ImagePuller(images=images, monotonic=monotonic, limit=options.parallel)
+        self._puller = ImagePuller(
+            images=images,
+            monotonic=monotonic,
+            limit=options.parallel,
+            qps=options.qps,
+            burst=options.burst,
+        )
         self._credentials = options.credentials or ImageCredentials()
         self._pull_manager = options.pull_manager
         self._records_ready = options.pull_manager is None

@@ -5,11 +5,12 @@
 3. kill unwanted containers; 4. RunPodSandbox, then PodSandboxStatus for the IPs; 5. start the
 ephemeral containers never created yet (``targetContainerName`` -> CRI ``pid: TARGET``), then the
 next init container (one at a time, and nothing else); 6. start the regular containers in spec
-order. Starting, stopping and removing one container is :mod:`.containers`' (the kubelet's
-``kuberuntime_container.go``). The manager holds no pod state besides the back-offs and the
-last state read of each pod: ``pod_state(uid, reuse=True)`` (a pod's periodic sync) returns it
-again, without a CRI request, when a relist that started after it was read saw the same
-sandboxes and containers in the same states and the manager has not acted on the pod since
+order. Starting and removing one container is :mod:`.containers`', stopping one
+:mod:`.killing`'s (the kubelet's ``kuberuntime_container.go``). The manager holds no pod
+state besides the back-offs and the last state read of each pod: ``pod_state(uid,
+reuse=True)`` (a pod's periodic sync) returns it again, without a CRI request, when a relist
+that started after it was read saw the same sandboxes and containers in the same states and
+the manager has not acted on the pod since
 (what a container or sandbox status holds besides its state does not change while it keeps
 its state, except the resources the manager itself updates).
 """
@@ -33,7 +34,9 @@ from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.errors import CriError, CriNotFound
 from nodeagent.kuberuntime.hooks import HookRunner
 from nodeagent.kuberuntime.images import ImageOptions, SecretsLoader, no_secrets, once
+from nodeagent.kuberuntime.killing import ContainerKiller
 from nodeagent.kuberuntime.labels import POD_UID
+from nodeagent.kuberuntime.messages import TerminationMessages
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
 from nodeagent.kuberuntime.podfiles import Files, PodFiles
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
@@ -96,6 +99,10 @@ class RuntimeManager:
         self._cgroup_driver = cgroup_driver
         self._files: Files = files or PodFiles()
         self._log = log or get_logger("kuberuntime")
+        hooks = hooks or HookRunner(runtime=runtime)
+        self._killer = ContainerKiller(
+            runtime=runtime, clock=clock, hooks=hooks, acting=self._acting, log=self._log
+        )
         self._containers = ContainerRunner(
             runtime=runtime,
             images=images,
@@ -104,10 +111,12 @@ class RuntimeManager:
             clock=clock,
             files=self._files,
             backoff=backoff or Backoff(now=wall),
-            hooks=hooks or HookRunner(runtime=runtime),
+            hooks=hooks,
+            killer=self._killer,
             log=self._log,
             image_options=image_options,
         )
+        self._messages = TerminationMessages(files=self._files)
         self._relisted = relisted
         self._states: dict[str, tuple[float, PodRuntimeState]] = {}
         """Pod uid -> (event-loop time it was read, the state read)."""
@@ -132,6 +141,7 @@ class RuntimeManager:
     def forget(self, uid: str) -> None:
         """Drop a deleted pod's back-offs."""
         self._containers.forget(uid)
+        self._messages.forget(uid)
         self._states.pop(uid, None)
 
     def _acting(self, uid: str) -> None:
@@ -187,7 +197,7 @@ class RuntimeManager:
                 continue
             record = container_record(status, listed_container.pod_sandbox_id)
             if record.state is ContainerState.EXITED:
-                message = await self._containers.termination_message(uid, status)
+                message = await self._messages.read(uid, status)
                 record = dataclasses.replace(record, message=with_message(record.message, message))
             containers.append(record)
         return PodRuntimeState(
@@ -252,7 +262,7 @@ class RuntimeManager:
         else:
             kill_ips = state.sandboxes[0].ips if state.sandboxes else ()
             for kill in actions.containers_to_kill:
-                await self._containers.kill_container(
+                await self._killer.kill_container(
                     pod,
                     kill.container_id,
                     kill.name,
@@ -442,7 +452,7 @@ class RuntimeManager:
             if owner is None and record.restored is not None:
                 owner = record.restored[0]  # its pod is gone: the preStop hook still runs
             try:
-                await self._containers.kill_container(
+                await self._killer.kill_container(
                     owner,
                     record.id,
                     record.name,

@@ -1,13 +1,15 @@
-"""Pulling one image through the CRI with the credentials found for it, as the kubelet's
-image pullers and ``kubeGenericRuntimeManager.PullImage``.
+"""Pulling one image through the CRI with the credentials found for it, as the kubelet's image
+pullers and ``kubeGenericRuntimeManager.PullImage``.
 
 ``serializeImagePulls`` (default true) lets one pull run at a time; with it false,
-``maxParallelImagePulls`` bounds how many run at once (unset: no bound). Each credential is
-tried in order until one pulls the image; without any the pull is anonymous. When every
-credential fails, the error lists each failure (``[e1, e2]``, Go's aggregate error). A pull
-still running is logged at ``-v=2`` every ``progress_every`` seconds (the CRI tells nothing of
-its bytes: the log says which image, for whom, and for how long), so a slow registry is seen.
-Credentials are sent in the CRI ``AuthConfig`` and nowhere else.
+``maxParallelImagePulls`` bounds how many run at once (unset: no bound). ``registryPullQPS`` and
+``registryBurst`` bound how many start per second (a token bucket, full at start, as the
+kubelet's ``throttleImagePulling``): a pull over it fails at once with ``pull QPS exceeded``.
+Each credential is tried in order until one pulls the image; without any the pull is anonymous.
+When every credential fails, the error lists each failure (``[e1, e2]``, Go's aggregate error).
+A pull still running is logged at ``-v=2`` every ``progress_every`` seconds (the CRI tells
+nothing of its bytes: the log says which image, for whom, and for how long), so a slow registry
+is seen. Credentials are sent in the CRI ``AuthConfig`` and nowhere else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nodeagent.clock import TokenBucket
 from nodeagent.credentialprovider import TrackedAuthConfig
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError
@@ -25,6 +28,7 @@ from nodeagent.kuberuntime.service import ImageService
 from nodeagent.log import Logger, get_logger
 
 PROGRESS_EVERY: Final = 10.0
+QPS_EXCEEDED: Final = "pull QPS exceeded"
 
 
 class PullFailed(Exception):
@@ -70,12 +74,16 @@ class ImagePuller:
         images: ImageService,
         monotonic: Callable[[], float],
         limit: int | None = 1,
+        qps: int = 0,
+        burst: int = 0,
         progress_every: float = PROGRESS_EVERY,
         log: Logger | None = None,
     ) -> None:
+        """``qps``: pulls started per second (0: no limit), ``burst`` above it."""
         self._images = images
         self._monotonic = monotonic
         self._slots = asyncio.Semaphore(limit) if limit is not None else None
+        self._bucket = TokenBucket(burst=burst, refill=1 / qps) if qps > 0 else None
         self._progress_every = progress_every
         self._log = log or get_logger("kuberuntime")
 
@@ -89,6 +97,8 @@ class ImagePuller:
     ) -> Pulled:
         """Pull ``spec`` with each credential in turn; raises :class:`PullFailed`."""
         async with self._slots if self._slots is not None else contextlib.nullcontext():
+            if self._bucket is not None and not self._bucket.take(self._monotonic()):
+                raise PullFailed(QPS_EXCEEDED, [])
             started = self._monotonic()
             # The progress logger lives exactly as long as the pull: cancelled and awaited
             # here whatever the pull's outcome.

@@ -14,13 +14,15 @@ pull it again with its own credentials (the registry then says whether they are 
   service account.
 
 After a restart, pull intents left behind whose image the runtime has become pulled records
-without credentials (so those images are checked on their next use).
+without credentials (so those images are checked on their next use). After image garbage
+collection, the records of images no longer on the node are removed
+(:meth:`PullManager.prune_unknown_records`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from typing import Final
 
@@ -166,6 +168,7 @@ class PullManager:
         if not cached.secrets and not cached.service_accounts:
             return True
         secrets, account = await pod_credentials()
+        room = len(cached.secrets) < WRITE_WHILE_MATCHING_LIMIT
         for mine in secrets:
             for known in cached.secrets:
                 same_hash = (
@@ -176,12 +179,14 @@ class PullManager:
                     known.namespace,
                     known.name,
                 )
-                if same_hash or same_secret:
-                    if (same_hash != same_secret) and len(
-                        cached.secrets
-                    ) < WRITE_WHILE_MATCHING_LIMIT:
-                        # Remember this secret (or its new content) for next time.
-                        self._remember(image, image_ref, mine)
+                if same_hash:
+                    if not same_secret and room:
+                        self._remember(image, image_ref, mine)  # another secret, same login
+                    return False
+                if same_secret and room:
+                    # The same secret with new content: its new login is not checked here
+                    # (the kubelet's choice), only remembered.
+                    self._remember(image, image_ref, mine)
                     return False
         return not (account is not None and account in cached.service_accounts)
 
@@ -192,19 +197,67 @@ class PullManager:
             self._log.error("failed to write an image pulled record", image=image, error=str(e))
 
     def initialize(self, present: Sequence[tuple[str, Sequence[str]]]) -> None:
-        """Turn the intents of a previous run whose image is now present (``(image ID,
-        its tags and digests)``) into pulled records without credentials."""
+        """Once, before the first image: rewrite the records of an older version, then turn
+        the intents of a previous run whose image is now present (``(image ID, its tags and
+        digests)``) into pulled records without credentials."""
+        for error in self._records.migrate():
+            self._log.error("Error migrating image pull records", error=error)
         try:
-            intents = set(self._records.intents())
-        except (OSError, RecordError) as e:
-            self._log.error("there were errors listing ImagePullIntents", error=str(e))
-            return
+            found, errors = self._records.intents()
+        except OSError as e:
+            found, errors = [], [str(e)]
+        if errors:
+            self._log.error(
+                "there were errors listing ImagePullIntents, continuing with an incomplete "
+                "records list",
+                error="; ".join(errors),
+            )
+        intents = set(found)
         for image_id, names in present:
             for name in intents.intersection(names):
                 try:
                     self._write_if_changed(name, image_id, None)
-                    self._records.delete_intent(name)
                 except (OSError, ValueError) as e:
                     self._log.error(
                         "failed to write an image pull record", image_ref=image_id, error=str(e)
                     )
+                    continue
+                try:
+                    self._records.delete_intent(name)
+                except OSError as e:
+                    self._log.v(2).info(
+                        "failed to remove image pull intent file", image_name=name, error=str(e)
+                    )
+
+    def prune_unknown_records(self, image_ids: Collection[str], until: datetime) -> list[str]:
+        """Remove the pulled records of images no longer on the node (not in ``image_ids``)
+        that were last updated before ``until``, a time taken before ``image_ids`` was listed
+        (the kubelet's ``PruneUnknownRecords``, run after image garbage collection). Returns
+        the image refs whose records were removed."""
+        try:
+            records, errors = self._records.pulled_records()
+        except OSError as e:
+            records, errors = [], [str(e)]
+        if errors:
+            self._log.error(
+                "there were errors listing ImagePulledRecords, garbage collection will "
+                "proceed with incomplete records list",
+                error="; ".join(errors),
+            )
+        removed = []
+        # Records keep whole seconds: one written in the second ``until`` falls in is kept.
+        since = until.replace(microsecond=0)
+        for record in records:
+            if record.last_updated >= since or record.image_ref in image_ids:
+                continue
+            try:
+                self._records.delete_pulled(record.image_ref)
+            except OSError as e:
+                self._log.error(
+                    "failed to remove an ImagePulledRecord",
+                    image_ref=record.image_ref,
+                    error=str(e),
+                )
+                continue
+            removed.append(record.image_ref)
+        return removed

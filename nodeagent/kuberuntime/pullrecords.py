@@ -9,9 +9,12 @@
   (pulled without credentials), or the ``kubernetesSecrets`` (uid, namespace, name and the
   hash of the credential used) or ``kubernetesServiceAccounts`` that pulled it.
 
-Directories are 0700 and files 0600 (they name secrets, never hold credentials); each file is
-written to ``<name>.tmp`` and renamed. ``v1alpha1`` records are read as well. A record that
-does not decode is an error for the caller (which then checks the credentials).
+Both are compact JSON ending in a newline, as the kubelet's encoder writes them; a record
+either agent wrote is read by the other. Directories are 0700 and files 0600 (they name
+secrets, never hold credentials); each file is written to ``<name>.tmp`` and renamed.
+``v1alpha1`` files are read as well, and :meth:`PullRecords.migrate` rewrites them as
+``v1beta1`` (the kubelet's ``recordsVersionMigration``). A record that does not decode is an
+error for the caller (which then checks the credentials); a listing skips it and reports it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from nodeagent.atomicfile import write_atomic
+from nodeagent.gotext import parse_rfc3339, rfc3339
 
 API_VERSION: Final = "kubelet.config.k8s.io/v1beta1"
 READ_VERSIONS: Final = ("kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1alpha1")
 PREFIX: Final = "sha256-"
 TMP_SUFFIX: Final = ".tmp"
 MAX_RECORD: Final = 1 << 20
+
+T = TypeVar("T")
 
 
 class RecordError(ValueError):
@@ -70,8 +78,9 @@ def cache_filename(key: str) -> str:
     return PREFIX + hashlib.sha256(key.encode()).hexdigest()
 
 
-def _go_time(when: datetime.datetime) -> str:
-    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _compact(doc: dict[str, Any]) -> bytes:
+    """Go's ``json.Encoder``: no spaces, a newline at the end."""
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
 def encode_credentials(creds: PullCredentials) -> dict[str, Any]:
@@ -99,14 +108,18 @@ def encode_record(record: PulledRecord) -> bytes:
     doc: dict[str, Any] = {
         "kind": "ImagePulledRecord",
         "apiVersion": API_VERSION,
-        "lastUpdatedTime": _go_time(record.last_updated),
+        "lastUpdatedTime": rfc3339(record.last_updated),
         "imageRef": record.image_ref,
     }
     if record.credentials:
         doc["credentialMapping"] = {
             image: encode_credentials(c) for image, c in sorted(record.credentials.items())
         }
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+    return _compact(doc)
+
+
+def encode_intent(image: str) -> bytes:
+    return _compact({"kind": "ImagePullIntent", "apiVersion": API_VERSION, "image": image})
 
 
 def _strs(item: Any, *keys: str) -> tuple[str, ...]:
@@ -141,23 +154,38 @@ def decode_credentials(raw: Any) -> PullCredentials:
     )
 
 
-def decode_record(data: bytes) -> PulledRecord:
+def _document(data: bytes, kind: str) -> dict[str, Any]:
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise RecordError(f"not JSON: {e}") from e
-    if not isinstance(doc, dict) or doc.get("kind") != "ImagePulledRecord":
-        raise RecordError("not an ImagePulledRecord")
+    if not isinstance(doc, dict) or doc.get("kind") != kind:
+        raise RecordError(f"not an {kind}")
     if doc.get("apiVersion") not in READ_VERSIONS:
-        raise RecordError(f"unknown apiVersion {doc.get('apiVersion')!r}")
+        raise RecordError(f"unknown apiVersion {str(doc.get('apiVersion'))[:100]!r}")
+    return doc
+
+
+def is_current(data: bytes) -> bool:
+    """Whether a file that decodes was written in the version written now."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("apiVersion") == API_VERSION
+
+
+def decode_record(data: bytes) -> PulledRecord:
+    doc = _document(data, "ImagePulledRecord")
     ref = doc.get("imageRef")
     if not isinstance(ref, str):
         raise RecordError("no imageRef")
-    try:
-        when = datetime.datetime.fromisoformat(str(doc.get("lastUpdatedTime", "")))
-    except ValueError:
-        when = datetime.datetime.fromtimestamp(0, datetime.UTC)
-    mapping = doc.get("credentialMapping") or {}
+    when = parse_rfc3339(doc.get("lastUpdatedTime")) or datetime.datetime.fromtimestamp(
+        0, datetime.UTC
+    )
+    mapping = doc.get("credentialMapping")
+    if mapping is None:
+        mapping = {}
     if not isinstance(mapping, dict):
         raise RecordError("credentialMapping is not an object")
     creds = {str(image): decode_credentials(raw) for image, raw in mapping.items()}
@@ -165,15 +193,9 @@ def decode_record(data: bytes) -> PulledRecord:
 
 
 def decode_intent(data: bytes) -> str:
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RecordError(f"not JSON: {e}") from e
-    if not isinstance(doc, dict) or doc.get("kind") != "ImagePullIntent":
-        raise RecordError("not an ImagePullIntent")
-    if doc.get("apiVersion") not in READ_VERSIONS or not isinstance(doc.get("image"), str):
-        raise RecordError("not an ImagePullIntent of a known version")
-    image: str = doc["image"]
+    image = _document(data, "ImagePullIntent").get("image")
+    if not isinstance(image, str):
+        raise RecordError("no image")
     return image
 
 
@@ -195,18 +217,7 @@ class PullRecords:
 
     def _write(self, directory: Path, name: str, data: bytes) -> None:
         self._dirs()
-        target = directory / name
-        tmp = directory / (name + TMP_SUFFIX)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(directory / name, data, mode=0o600, dir_mode=0o700)
 
     @staticmethod
     def _read(path: Path) -> bytes | None:
@@ -218,8 +229,7 @@ class PullRecords:
             return f.read(MAX_RECORD)
 
     def write_intent(self, image: str) -> None:
-        doc = {"kind": "ImagePullIntent", "apiVersion": API_VERSION, "image": image}
-        self._write(self.pulling, cache_filename(image), json.dumps(doc).encode() + b"\n")
+        self._write(self.pulling, cache_filename(image), encode_intent(image))
 
     def delete_intent(self, image: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -229,8 +239,9 @@ class PullRecords:
         data = self._read(self.pulling / cache_filename(image))
         return data is not None and decode_intent(data) == image
 
-    def intents(self) -> list[str]:
-        return [decode_intent(d) for d in self._each(self.pulling)]
+    def intents(self) -> tuple[list[str], list[str]]:
+        """Every intent's image, and the errors of the files that did not decode."""
+        return self._list(self.pulling, decode_intent)
 
     def pulled_record(self, image_ref: str) -> PulledRecord | None:
         """The record of ``image_ref``; None when there is none; RecordError when it does
@@ -241,18 +252,62 @@ class PullRecords:
         record = decode_record(data)
         return record if record.image_ref == image_ref else None
 
+    def pulled_records(self) -> tuple[list[PulledRecord], list[str]]:
+        """Every pulled record, and the errors of the files that did not decode."""
+        return self._list(self.pulled, decode_record)
+
     def write_pulled(self, record: PulledRecord) -> None:
         self._write(self.pulled, cache_filename(record.image_ref), encode_record(record))
 
-    def _each(self, directory: Path) -> list[bytes]:
+    def delete_pulled(self, image_ref: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.pulled / cache_filename(image_ref))
+
+    def migrate(self) -> list[str]:
+        """Rewrite the files of an older version (``v1alpha1``) in the current one; the
+        errors of those that could not be."""
+        errors: list[str] = []
+        for path, data in self._each(self.pulling):
+            try:
+                if not is_current(data):
+                    self.write_intent(decode_intent(data))
+            except (RecordError, OSError) as e:
+                errors.append(f"failed to migrate {str(path)!r}: {e}")
+        for path, data in self._each(self.pulled):
+            try:
+                if not is_current(data):
+                    self.write_pulled(decode_record(data))
+            except (RecordError, OSError) as e:
+                errors.append(f"failed to migrate {str(path)!r}: {e}")
+        return errors
+
+    def _list(self, directory: Path, decode: Callable[[bytes], T]) -> tuple[list[T], list[str]]:
+        found: list[T] = []
+        errors: list[str] = []
+        for path, data in self._each(directory, errors):
+            try:
+                found.append(decode(data))
+            except RecordError as e:
+                errors.append(f"failed to deserialize content of file {str(path)!r}: {e}")
+        return found, errors
+
+    def _each(self, directory: Path, errors: list[str] | None = None) -> list[tuple[Path, bytes]]:
+        """The record files of ``directory`` (``sha256-*``, not ``*.tmp``) with their bytes."""
         try:
             names = sorted(os.listdir(directory))
         except FileNotFoundError:
             return []
         out = []
         for name in names:
-            if name.startswith(PREFIX) and not name.endswith(TMP_SUFFIX):
-                data = self._read(directory / name)
-                if data is not None:
-                    out.append(data)
+            if not name.startswith(PREFIX) or name.endswith(TMP_SUFFIX):
+                continue
+            path = directory / name
+            try:
+                data = self._read(path)
+            except OSError as e:  # a directory, a link, unreadable
+                if errors is not None:
+                    errors.append(f"failed to read {str(path)!r}: {e.strerror or e}")
+                continue
+            if data is not None:
+                out.append((path, data))
         return out

@@ -17,6 +17,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from cri_protos.runtime.v1 import api_pb2 as api
+from nodeagent.gotext import grpc_code
 from nodeagent.kuberuntime.endpoint import (
     RUNTIME_REQUEST_TIMEOUT,
     Endpoint,
@@ -59,15 +60,10 @@ PROTO_PACKAGE: Final = "runtime.v1"
 RUNTIME: Final = "RuntimeService"
 IMAGES: Final = "ImageService"
 
-# grpc.StatusCode names as Go's codes.Code.String() spells them (kubelet message format).
-_GO_CODE_NAMES: Final = {"OK": "OK", "CANCELLED": "Canceled"}
-
 
 def go_code_name(code: grpc.StatusCode | None) -> str:
-    if code is None:
-        return "Unknown"
-    name: str = code.name
-    return _GO_CODE_NAMES.get(name) or "".join(p.capitalize() for p in name.split("_"))
+    """grpc.StatusCode as Go's codes.Code.String() spells it (kubelet message format)."""
+    return grpc_code(None if code is None else str(code.name))
 
 
 def _serialize(message: Message) -> bytes:

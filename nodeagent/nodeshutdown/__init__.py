@@ -18,7 +18,7 @@ Out:
 - on ``PrepareForShutdown(true)``: the Node Event ``NodeShutdown``; ``shutdown_in_progress()``
   (admission refuses new pods with ``NodeShutdown``; Ready=False "node is shutting down" through
   the node status's other errors, poked at once); pods killed group by group, lowest priority
-  first, through their pod workers (``PodManagers.kill_pod``: ``ContainerRunner.kill_container``,
+  first, through their pod workers (``PodManagers.kill_pod``: ``ContainerKiller.kill_container``,
   preStop) with min(own grace, group budget) and the status Failed/``Terminated`` with
   ``DisruptionTarget``/``TerminationByKubelet``; a group over its budget is left behind
   ("Shutdown manager pod killing time out"); final statuses flushed (bounded);

@@ -296,7 +296,10 @@ class NodeShutdownManager:
                 grace_period=grace,
             )
             mutate = functools.partial(
-                disrupted_status, now=now, succeeded=pod.status.get("phase") == "Succeeded"
+                disrupted_status,
+                now=now,
+                succeeded=pod.status.get("phase") == "Succeeded",
+                generation=pod.metadata.generation,
             )
             tasks.append(asyncio.ensure_future(self._kill_pod(pod, grace, mutate)))
         done, pending = await asyncio.wait(tasks, timeout=group.seconds)

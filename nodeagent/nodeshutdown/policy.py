@@ -126,10 +126,12 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def disrupted_status(status: dict[str, Any], *, now: str, succeeded: bool) -> dict[str, Any]:
+def disrupted_status(
+    status: dict[str, Any], *, now: str, succeeded: bool, generation: int = 0
+) -> dict[str, Any]:
     """The kubelet's status mutation for a pod killed by node shutdown: Failed (unless it
     had ``succeeded`` when the kill began), reason ``Terminated``, and the
-    ``DisruptionTarget`` condition."""
+    ``DisruptionTarget`` condition, observing the pod's ``generation``."""
     out = dict(status)
     out["phase"] = "Succeeded" if succeeded else "Failed"
     out["reason"] = POD_REASON
@@ -138,15 +140,16 @@ def disrupted_status(status: dict[str, Any], *, now: str, succeeded: bool) -> di
     old = next(
         (c for c in status.get("conditions") or [] if c.get("type") == DISRUPTION_TARGET), None
     )
-    conditions.append(
-        {
-            "type": DISRUPTION_TARGET,
-            "status": "True",
-            "reason": DISRUPTION_REASON,
-            "message": POD_MESSAGE,
-            "lastTransitionTime": (old or {}).get("lastTransitionTime") or now,
-        }
-    )
+    condition: dict[str, Any] = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": DISRUPTION_REASON,
+        "message": POD_MESSAGE,
+        "lastTransitionTime": (old or {}).get("lastTransitionTime") or now,
+    }
+    if generation:
+        condition["observedGeneration"] = generation
+    conditions.append(condition)
     out["conditions"] = conditions
     return out
 

@@ -3,29 +3,15 @@ atomically (temp file in the same directory, 0644, fsync, rename) as the kubelet
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
+from nodeagent.atomicfile import write_atomic
 from nodeagent.nodeshutdown.policy import STATE_FILE, decode_state, encode_state
 
 
 def write_state(directory: Path, start: datetime | None, end: datetime | None) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{STATE_FILE}", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o644)
-            f.write(encode_state(start, end))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / STATE_FILE)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(directory / STATE_FILE, encode_state(start, end), mode=0o644)
 
 
 def read_state(directory: Path) -> tuple[datetime | None, datetime | None]:

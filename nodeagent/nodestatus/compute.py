@@ -49,6 +49,9 @@ class NodeFacts:
     """Further Ready=False causes (network plugin, shutdown in progress, ...)."""
     images: tuple[setters.RuntimeImage, ...] | None = None
     """The runtime's images; None when not listed yet (``status.images`` is left as it is)."""
+    volumes_in_use: tuple[str, ...] = ()
+    """Attachable volumes mounted or being mounted (``kubernetes.io/csi/<driver>^<handle>``):
+    the attach/detach controller does not detach them."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,11 @@ def compute_node(
             status["images"] = listed
         else:
             status.pop("images", None)
+
+    if facts.volumes_in_use:
+        status["volumesInUse"] = sorted(facts.volumes_in_use)
+    else:
+        status.pop("volumesInUse", None)
 
     status["conditions"] = _conditions(
         status.get("conditions") or [], facts, s, cap=cap, now=now, events=events

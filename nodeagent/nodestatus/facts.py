@@ -34,6 +34,7 @@ class HostFacts:
         pressure: Callable[[], Pressure] = Pressure,
         other_errors: Callable[[], tuple[str, ...]] = tuple,
         images: Callable[[], Sequence[RuntimeImage] | None] = lambda: None,
+        volumes_in_use: Callable[[], Sequence[str]] = tuple,
         root: Path = Path("/"),
         log: Logger | None = None,
     ) -> None:
@@ -43,6 +44,7 @@ class HostFacts:
         self._pressure = pressure
         self._other_errors = other_errors
         self._images = images
+        self._volumes_in_use = volumes_in_use
         self._root = root
         self._log = log or get_logger("nodestatus")
         self._rootfs_error_logged = False
@@ -60,6 +62,7 @@ class HostFacts:
             resolved_hostname=await self._lookup() if not self._s.node_ips else (),
             other_errors=self._other_errors(),
             images=self._listed_images(),
+            volumes_in_use=tuple(self._volumes_in_use()),
         )
 
     def _listed_images(self) -> tuple[RuntimeImage, ...] | None:

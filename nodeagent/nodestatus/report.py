@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from nodeagent import __version__
+from nodeagent.atomicfile import write_atomic
 from nodeagent.clock import Clock
 from nodeagent.gotext import rfc3339
 from nodeagent.log import Logger, get_logger
@@ -33,15 +34,6 @@ class CertFacts(Protocol):
     def not_before(self) -> dt.datetime: ...
     @property
     def not_after(self) -> dt.datetime: ...
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 class NodeReport:
@@ -119,6 +111,6 @@ class NodeReport:
         self._state["writtenAt"] = rfc3339(self._clock.now())
         text = json.dumps(self._state, indent=2, sort_keys=True) + "\n"
         try:
-            await asyncio.to_thread(write_atomically, self.path, text)
+            await asyncio.to_thread(write_atomic, self.path, text.encode(), mode=0o644)
         except OSError as e:
             self._log.error("Cannot write the node state file", path=str(self.path), error=str(e))

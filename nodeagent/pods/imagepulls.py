@@ -26,6 +26,7 @@ from nodeagent.clock import Clock
 from nodeagent.config import Config, features
 from nodeagent.config.credentialproviders import load_providers
 from nodeagent.credentialprovider import PullSecret, pullpolicy
+from nodeagent.credentialprovider.nodekeyring import NodeKeyring
 from nodeagent.credentialprovider.plugin import (
     PluginProvider,
     PluginProviders,
@@ -149,8 +150,10 @@ class ApiServiceAccounts:
 
 
 def image_options(config: Config, *, api: Api | None, clock: Clock, root_dir: str) -> ImageOptions:
-    """How the daemon pulls images: ``serializeImagePulls``/``maxParallelImagePulls``, the
-    credential provider plugins of ``node.imageCredentialProviderConfigPath`` (raises
+    """How the daemon pulls images: ``serializeImagePulls``/``maxParallelImagePulls``,
+    ``registryPullQPS``/``registryBurst``, the
+    node's credential file (``config.json`` under the root dir, ...), the credential provider
+    plugins of ``node.imageCredentialProviderConfigPath`` (raises
     ``ProviderConfigError``), and the pull records under ``<rootDir>/image_manager`` with
     ``imagePullCredentialsVerificationPolicy`` (gate ``KubeletEnsureSecretPulledImages``)."""
     k, node = config.kubelet, config.node
@@ -180,7 +183,12 @@ def image_options(config: Config, *, api: Api | None, clock: Clock, root_dir: st
         )
     return ImageOptions(
         parallel=parallel_limit(k.serialize_image_pulls, k.max_parallel_image_pulls),
-        credentials=ImageCredentials(plugins=PluginProviders(plugins)),
+        qps=k.registry_pull_qps,
+        burst=k.registry_burst,
+        credentials=ImageCredentials(
+            plugins=PluginProviders(plugins),
+            node=NodeKeyring(root_dir=root_dir, monotonic=clock.monotonic),
+        ),
         pull_manager=pull_manager,
         pod_identities=token_mode,
     )

@@ -49,7 +49,6 @@ from nodeagent.podspec import Pod
 from nodeagent.prober import NoProbes, PodProbes
 from nodeagent.status import StatusManager, generate_pod_status, with_container_readiness
 from nodeagent.status.conditions import TERMINAL
-from nodeagent.volumemanager.layout import setup_failed_message
 from nodeagent.volumemanager.manager import VolumeManager
 
 SANDBOX_RETRY: Final = 10.0
@@ -86,7 +85,7 @@ class FinalStatus:
 
     reason: str
     message: str
-    condition: Mapping[str, str] | None = None
+    condition: Mapping[str, Any] | None = None
 
     def apply(self, status: dict[str, Any]) -> dict[str, Any]:
         out = {**status, "phase": "Failed", "reason": self.reason, "message": self.message}
@@ -282,8 +281,7 @@ class PodSync:
         volumes = None
         if self._volumes is not None:
             volumes = await self._volumes.set_up(pod)
-            for name, why in volumes.failures.items():
-                message = setup_failed_message(name, why)
+            for message in volumes.events.values():
                 self._events.record_for(pod_reference(pod), "Warning", FAILED_MOUNT, message)
             if not volumes.ready:
                 return SyncOutcome(retry_in=volumes.retry_in, wake_in=wake_in)

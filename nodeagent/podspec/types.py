@@ -216,6 +216,32 @@ class HostPathVolumeSource(_S, frozen=True):
     type: str | None = None
 
 
+class PersistentVolumeClaimVolumeSource(_S, frozen=True):
+    claim_name: str = ""
+    read_only: bool = False
+
+
+class LocalObjectReference(_S, frozen=True):
+    name: str = ""
+
+
+class CSIVolumeSource(_S, frozen=True):
+    """An inline (ephemeral) CSI volume."""
+
+    driver: str = ""
+    read_only: bool | None = None
+    fs_type: str | None = None
+    volume_attributes: dict[str, str] = {}
+    node_publish_secret_ref: LocalObjectReference | None = None
+
+
+class EphemeralVolumeSource(_S, frozen=True):
+    """A generic ephemeral volume: the PVC ``<pod>-<volume>`` made from the template; only
+    the template's presence matters to the node."""
+
+    volume_claim_template: dict[str, Any] | None = None
+
+
 class ConfigMapVolumeSource(_S, frozen=True):
     name: str = ""
     items: tuple[KeyToPath, ...] = ()
@@ -286,11 +312,11 @@ SUPPORTED_VOLUME_SOURCES: Final = (
     "downwardAPI",
     "projected",
     "image",
-)
-UNSUPPORTED_VOLUME_SOURCES: Final = (
     "persistentVolumeClaim",
     "csi",
     "ephemeral",
+)
+UNSUPPORTED_VOLUME_SOURCES: Final = (
     "nfs",
     "iscsi",
     "rbd",
@@ -332,10 +358,6 @@ class ImageVolumeSource(_S, frozen=True):
         return "Always" if tag == "latest" else "IfNotPresent"
 
 
-class LocalObjectReference(_S, frozen=True):
-    name: str = ""
-
-
 class Volume(_S, frozen=True, forbid_unknown_fields=False):
     """One ``spec.volumes[]`` entry. The sources nodeagent can set up are typed; any other
     source is kept raw under ``other`` (its API name → its JSON) so the volume manager can
@@ -349,6 +371,9 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
     downward_api: DownwardAPIVolumeSource | None = msgspec.field(name="downwardAPI", default=None)
     projected: ProjectedVolumeSource | None = None
     image: ImageVolumeSource | None = None
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    csi: CSIVolumeSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
     other: dict[str, Any] = {}
 
     @property
@@ -363,6 +388,9 @@ class Volume(_S, frozen=True, forbid_unknown_fields=False):
             ("downwardAPI", self.downward_api),
             ("projected", self.projected),
             ("image", self.image),
+            ("persistentVolumeClaim", self.persistent_volume_claim),
+            ("csi", self.csi),
+            ("ephemeral", self.ephemeral),
         ):
             if value is not None:
                 return key
@@ -385,6 +413,8 @@ class Container(_S, frozen=True):
     termination_message_policy: str = "File"
     security_context: SecurityContext | None = None
     volume_mounts: tuple[VolumeMount, ...] = ()
+    volume_devices: tuple[dict[str, Any], ...] = ()
+    """Read only so that admission refuses them by name (block volumes are not mapped)."""
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False

@@ -15,4 +15,17 @@ cache), and the Node's addresses. Out: one ``nft -f`` transaction per sync into
 Service or EndpointSlice is skipped with one log line (:mod:`.validation`); a partial sync also
 deletes the shape chains no service port uses any more; ``conntrack -D`` for stale UDP flows.
 The rules stay in the kernel when the agent stops.
+
+Topology: endpoints hinted for this node (``hints.forNodes``) or its zone (``hints.forZones``,
+the Node's ``topology.kubernetes.io/zone`` label; a change of it means a full sync) narrow the
+cluster endpoints as kube-proxy's ``CategorizeEndpoints`` does (:mod:`.policy`).
+
+kube-proxy's own endpoints: :mod:`.health` and :mod:`.healthserver` serve ``/healthz`` and
+``/livez`` on ``proxy.healthzBindAddress`` (0.0.0.0:10256; 503 when a queued change waited
+over twice ``syncPeriod``, ``/healthz`` also while the Node is deleted or tainted
+``ToBeDeletedByClusterAutoscaler``) and each LoadBalancer Service's ``healthCheckNodePort``
+(``externalTrafficPolicy: Local``) on the NodePort addresses: 200 with ready endpoints on this
+node, else 503, with kube-proxy's JSON. :mod:`.metricsserver` serves the ``kubeproxy_*``
+metrics (:mod:`.metrics`) on ``proxy.metricsBindAddress`` (127.0.0.1:10249) as kube-proxy
+does, apart from the kubelet's ``/metrics``.
 """

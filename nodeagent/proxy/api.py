@@ -9,7 +9,8 @@ copies it to the slices); LoadBalancer ingress
 IPs with ``ipMode: Proxy`` are left to the load balancer; ``externalTrafficPolicy`` counts only
 for externally reachable Services; EndpointSlices belong to the Service named by their
 ``kubernetes.io/service-name`` label; an endpoint's missing ``ready`` means ready, missing
-``serving`` means as ready, missing ``terminating`` means not terminating.
+``serving`` means as ready, missing ``terminating`` means not terminating; ``hints.forZones``
+and ``hints.forNodes`` are kept for topology-aware routing (:func:`.policy.select`).
 
 Objects are checked first (:mod:`nodeagent.proxy.validation`, by the tracker); the functions
 here read only checked objects. Every address is rendered canonically (:func:`canonical_ip`):
@@ -102,6 +103,16 @@ def service_ports(obj: Obj) -> list[ServicePort]:
     return ports
 
 
+def health_check_node_port(obj: Obj) -> int | None:
+    """The Service's ``healthCheckNodePort`` when kube-proxy serves it: a LoadBalancer with
+    ``externalTrafficPolicy: Local`` (the apiserver allocates the port then)."""
+    spec = obj.get("spec") or {}
+    if spec.get("type") != "LoadBalancer" or spec.get("externalTrafficPolicy") != "Local":
+        return None
+    port = spec.get("healthCheckNodePort")
+    return int(port) if isinstance(port, int) and 0 < port < 65536 else None
+
+
 def endpoints_by_port(slices: Iterable[Obj]) -> dict[PortKey, tuple[Endpoint, ...]]:
     """The endpoints of one Service per (port name, protocol), merged over its slices, sorted.
 
@@ -117,11 +128,13 @@ def endpoints_by_port(slices: Iterable[Obj]) -> dict[PortKey, tuple[Endpoint, ..
             into = merged.get((name, protocol))
             if into is None:
                 into = merged[(name, protocol)] = {}
-            for ip, node, ready, serving, terminating in found:
+            for ip, node, ready, serving, terminating, zones, nodes in found:
                 target = (ip, number)
                 have = into.get(target)
                 if have is None or (ready and not have.ready):
-                    into[target] = Endpoint(ip, number, node, ready, serving, terminating)
+                    into[target] = Endpoint(
+                        ip, number, node, ready, serving, terminating, zones, nodes
+                    )
     # sorted by (ip, port), which is unique per port: the same order as sorting the endpoints
     return {key: tuple(map(eps.__getitem__, sorted(eps))) for key, eps in merged.items()}
 
@@ -137,8 +150,13 @@ def _ports(obj: Obj) -> list[tuple[str, Protocol, int]]:
     return ports
 
 
-def _endpoints(obj: Obj) -> list[tuple[str, str, bool, bool, bool]]:
-    """(address, node name, ready, serving, terminating) of each address of a slice."""
+_Found = tuple[str, str, bool, bool, bool, frozenset[str], frozenset[str]]
+_NO_HINTS: frozenset[str] = frozenset()
+
+
+def _endpoints(obj: Obj) -> list[_Found]:
+    """(address, node name, ready, serving, terminating, zone hints, node hints) of each
+    address of a slice."""
     found = []
     for ep in obj.get("endpoints") or []:
         cond = ep.get("conditions") or {}
@@ -147,11 +165,20 @@ def _endpoints(obj: Obj) -> list[tuple[str, str, bool, bool, bool]]:
         serving = ready if serving is None else bool(serving)
         terminating = cond.get("terminating") is True
         node = str(ep.get("nodeName") or "")
+        hints = _dict(ep.get("hints"))
+        zones, nodes = _hint_names(hints.get("forZones")), _hint_names(hints.get("forNodes"))
         for address in ep.get("addresses") or ():
             ip = canonical_ip(address)
             if ip is not None:
-                found.append((ip, node, ready, serving, terminating))
+                found.append((ip, node, ready, serving, terminating, zones, nodes))
     return found
+
+
+def _hint_names(value: object) -> frozenset[str]:
+    """The names of a ``forZones`` / ``forNodes`` list (most endpoints have none)."""
+    if not isinstance(value, list) or not value:
+        return _NO_HINTS
+    return frozenset(str(h["name"]) for h in value if isinstance(h, dict) and h.get("name"))
 
 
 def _addresses(texts: Iterable[str]) -> tuple[str, ...]:

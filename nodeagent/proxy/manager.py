@@ -15,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from nodeagent.clock import Clock
 from nodeagent.log import Logger, get_logger
 from nodeagent.nft.errors import NftError
 from nodeagent.nft.interface import NFTablesInterface
 from nodeagent.nft.objects import Family
-from nodeagent.proxy.api import endpoints_by_port, service_ports
+from nodeagent.proxy.api import endpoints_by_port, health_check_node_port, service_ports
 from nodeagent.proxy.conntrack import Conntrack
 from nodeagent.proxy.family import Applied, FamilyTable
 from nodeagent.proxy.fullbuild import Desired
 from nodeagent.proxy.gcpause import paused_gc
+from nodeagent.proxy.health import ProxyHealth
+from nodeagent.proxy.healthserver import ServiceHealthServers
 from nodeagent.proxy.metrics import ProxyMetrics
 from nodeagent.proxy.model import ServiceName, ServicePortName
 from nodeagent.proxy.policy import select
@@ -46,8 +49,21 @@ class ProxyManager:
         clock: Clock,
         metrics: ProxyMetrics | None = None,
         log: Logger | None = None,
+        zone: Callable[[], str] = lambda: "",
+        zone_changed: Callable[[Callable[[Any], bool]], Awaitable[Any]] | None = None,
+        health: ProxyHealth | None = None,
+        service_health: ServiceHealthServers | None = None,
     ) -> None:
         self._settings = settings
+        self.health = health or ProxyHealth(now=clock.now)
+        self._service_health = service_health
+        # Services with a healthCheckNodePort: (port, ready endpoints on this node)
+        self._health_checks: dict[ServiceName, tuple[int, int]] = {}
+        # service ports with a Local policy and no endpoint on this node: (internal, external)
+        self._no_local: dict[ServicePortName, tuple[bool, bool]] = {}
+        self._zone_of_node = zone
+        self._zone_changed = zone_changed
+        self._zone = zone()
         self._services = services
         self._slices = slices
         self._clock = clock
@@ -100,6 +116,11 @@ class ProxyManager:
             ),
             asyncio.ensure_future(self._slices.wait_for(lambda c: c.resource_version != slices_rv)),
         ]
+        if self._zone_changed is not None:
+            zone = self._zone
+            waits.append(
+                asyncio.ensure_future(self._zone_changed(lambda _: self._zone_of_node() != zone))
+            )
         try:
             await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -115,6 +136,11 @@ class ProxyManager:
         loop = asyncio.get_running_loop()
         with paused_gc():
             self._poll()
+        zone = self._zone_of_node()
+        if zone != self._zone:  # every service's topology choice may change: kube-proxy too
+            self._log.info("Node topology changed; full sync", zone=zone, was=self._zone)
+            self._zone = zone
+            self._need_full = True
         full = full or self._need_full or loop.time() >= self._next_full
         if not full and not self._pending:
             return True
@@ -130,6 +156,13 @@ class ProxyManager:
             return False
         duration = loop.time() - start
         self._after_success(full=full, duration=duration, applied=applied)
+        for family in self._tables:
+            self.health.updated(family)
+        if self._service_health is not None:
+            hcs = self._health_checks
+            await self._service_health.sync(
+                {n: port for n, (port, _) in hcs.items()}, {n: c for n, (_, c) in hcs.items()}
+            )
         if full:
             self._need_full = False
             self._next_full = loop.time() + self._settings.full_sync_period
@@ -138,23 +171,47 @@ class ProxyManager:
     def _poll(self) -> None:
         self._seen = (self._services.resource_version, self._slices.resource_version)
         changes = self._tracker.poll(self._services.items(), self._slices.items())
+        m = self.metrics
+        m.service_changes.inc(changes.service_changes)
+        m.endpoint_changes.inc(changes.endpoint_changes)
+        if changes.services:
+            for family in self._tables:
+                self.health.queued(family)
+            m.last_queued.set(self._clock.now().timestamp())
         self._pending |= changes.services
+        m.service_changes_pending.set(len(self._pending))
+        m.endpoint_changes_pending.set(len(self._pending))
         for name, when in changes.triggers.items():
             self._triggers[name] = min(when, self._triggers.get(name, when))
 
     def _desired(self, name: ServiceName) -> dict[ServicePortName, Desired]:
         obj = self._tracker.service(name)
         if obj is None:
+            self._health_checks.pop(name, None)
             return {}
         eps = endpoints_by_port(self._tracker.slices(name))
-        node = self._settings.node_name
+        node, zone = self._settings.node_name, self._zone
+        hc = health_check_node_port(obj)
+        if hc is None:
+            self._health_checks.pop(name, None)
+        else:
+            local = sum(e.ready and e.node_name == node for found in eps.values() for e in found)
+            self._health_checks[name] = (hc, local)
         wanted = {}
         for p in service_ports(obj):
-            wanted[p.name] = (p, select(eps.get((p.name.port, p.protocol), ()), node_name=node))
+            found = eps.get((p.name.port, p.protocol), ())
+            chosen = select(found, node_name=node, zone=zone)
+            wanted[p.name] = (p, chosen)
+            if chosen.cluster and not chosen.local and (p.internal_local or p.external_local):
+                self._no_local[p.name] = (p.internal_local, p.external_local)
+            else:
+                self._no_local.pop(p.name, None)
         return wanted
 
     async def _full(self) -> list[Applied]:
         self._ports = {}
+        self._health_checks = {}
+        self._no_local = {}
         self._pending.clear()
         desired: Iterable[tuple[ServicePortName, Desired]] = self._every_port()
         if len(self._tables) > 1:  # every family's table reads them
@@ -177,6 +234,7 @@ class ProxyManager:
             wanted = self._desired(name)
             for gone in self._ports.get(name, set()) - set(wanted):
                 updates[gone] = None
+                self._no_local.pop(gone, None)
             updates.update(wanted)
             if wanted:
                 self._ports[name] = set(wanted)
@@ -198,6 +256,10 @@ class ProxyManager:
         for table in self._tables.values():
             c, r, e = table.counts()
             chains, rules, elements = chains + c, rules + r, elements + e
+        m.service_changes_pending.set(0)
+        m.endpoint_changes_pending.set(0)
+        m.no_local_endpoints["internal"] = sum(i for i, _ in self._no_local.values())
+        m.no_local_endpoints["external"] = sum(e for _, e in self._no_local.values())
         m.chains.set(chains)
         m.rules.set(rules)
         m.elements.set(elements)

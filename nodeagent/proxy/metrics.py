@@ -1,7 +1,9 @@
-"""The proxy's metrics as plain objects (Prometheus exposition comes later).
+"""The proxy's metrics as plain objects; :mod:`.metricsserver` exposes them to Prometheus.
 
-Names follow kube-proxy's (``kubeproxy_`` subsystem) so existing dashboards read them; the
-nftables object counts, which kube-proxy does not export, are ``nodeagent_proxy_*``.
+Names, help texts and buckets follow kube-proxy's (``kubeproxy_`` subsystem) so existing
+dashboards and alerts read them; the nftables object counts, which kube-proxy does not export,
+are ``nodeagent_proxy_*``. Change counters count the Service and EndpointSlice changes the
+proxy saw between two syncs (several updates of one object between two syncs count once).
 """
 
 from __future__ import annotations
@@ -54,8 +56,13 @@ def exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
 
 SYNC_BUCKETS = exponential(0.001, 2, 15)
 PROGRAMMING_BUCKETS = (
-    0.25, 0.5, *range(1, 60), *range(60, 300, 5), *range(300, 610, 10)
-)  # fmt: skip
+    0,
+    0.25,
+    0.5,
+    *range(1, 60),
+    *range(60, 120, 5),
+    *range(120, 301, 30),
+)  # fmt: skip  (kube-proxy's: 0, 0.25 s, 0.5 s, 1-59 s, 60-115 s by 5, 2-5 min by 30 s)
 
 
 class ProxyMetrics:
@@ -63,32 +70,75 @@ class ProxyMetrics:
         def sync(name: str, what: str) -> Histogram:
             return Histogram(name, f"{what} latency in seconds", SYNC_BUCKETS)
 
-        self.sync_duration = sync("kubeproxy_sync_proxy_rules_duration_seconds", "Sync")
-        self.full_sync_duration = sync(
-            "kubeproxy_sync_full_proxy_rules_duration_seconds", "Full sync"
+        self.sync_duration = Histogram(
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+            SYNC_BUCKETS,
         )
-        self.partial_sync_duration = sync(
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds", "Partial sync"
+        self.full_sync_duration = Histogram(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for full resyncs",
+            SYNC_BUCKETS,
+        )
+        self.partial_sync_duration = Histogram(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for partial resyncs",
+            SYNC_BUCKETS,
         )
         self.last_sync = Gauge(
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            "The last time rules were successfully synced (Unix time)",
+            "The last time proxy rules were successfully synced",
+        )
+        self.last_queued = Gauge(
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+            "The last time a sync of proxy rules was queued",
         )
         self.sync_failures = Counter(
             "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-            "Sync transactions nft refused",
+            "Cumulative proxy nftables sync failures",
+        )
+        self.cleanup_failures = Counter(
+            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+            "Cumulative proxy nftables cleanup failures",
         )
         self.network_programming = Histogram(
             "kubeproxy_network_programming_duration_seconds",
-            "From an EndpointSlice change to its rules being applied",
+            "In Cluster Network Programming Latency in seconds",
             tuple(float(b) for b in PROGRAMMING_BUCKETS),
         )
         self.conntrack_deleted = Counter(
-            "kubeproxy_conntrack_reconciler_deleted_entries_total", "Stale UDP flows deleted"
+            "kubeproxy_conntrack_reconciler_deleted_entries_total",
+            "Cumulative conntrack flows deleted by conntrack reconciler",
         )
+        self.endpoint_changes = Counter(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+            "Cumulative proxy rules Endpoint changes",
+        )
+        self.service_changes = Counter(
+            "kubeproxy_sync_proxy_rules_service_changes_total",
+            "Cumulative proxy rules Service changes",
+        )
+        self.endpoint_changes_pending = Gauge(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+            "Pending proxy rules Endpoint changes",
+        )
+        self.service_changes_pending = Gauge(
+            "kubeproxy_sync_proxy_rules_service_changes_pending",
+            "Pending proxy rules Service changes",
+        )
+        self.no_local_endpoints: dict[str, int] = {"internal": 0, "external": 0}
+        """Services with a Local traffic policy and no local endpoint, by policy
+        (``kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy}``)."""
         self.chains = Gauge("nodeagent_proxy_nftables_chains", "Chains in our tables")
         self.rules = Gauge("nodeagent_proxy_nftables_rules", "Rules in our tables")
         self.elements = Gauge("nodeagent_proxy_nftables_elements", "Set and map elements")
+        self.healthz: dict[str, int] = {}  # status code -> answers of /healthz
+        self.livez: dict[str, int] = {}
+
+    def count_health(self, path: str, code: int) -> None:
+        """One answer of the health server (``kubeproxy_proxy_healthz_total{code}``, ...)."""
+        counts = self.healthz if path == "healthz" else self.livez
+        counts[str(code)] = counts.get(str(code), 0) + 1
 
     def all(self) -> list[Counter | Gauge | Histogram]:
         return [v for v in vars(self).values() if isinstance(v, Counter | Gauge | Histogram)]

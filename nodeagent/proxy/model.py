@@ -18,6 +18,7 @@ from nodeagent.nft.objects import Family
 Protocol = Literal["tcp", "udp", "sctp"]
 PROTOCOLS: tuple[Protocol, ...] = ("tcp", "udp", "sctp")
 DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds, as the API defaults ClientIP timeoutSeconds
+IP_FAMILY_NAMES = {"ip": "IPv4", "ip6": "IPv6"}  # nft families as the API's IPFamily names them
 
 
 class ServiceName(NamedTuple):
@@ -61,6 +62,8 @@ class Endpoint(NamedTuple):
     ready: bool = True
     serving: bool = True
     terminating: bool = False
+    zone_hints: frozenset[str] = frozenset()  # hints.forZones: zones that should use it
+    node_hints: frozenset[str] = frozenset()  # hints.forNodes: nodes that should use it
 
     def __str__(self) -> str:
         return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"

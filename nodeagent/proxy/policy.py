@@ -1,8 +1,13 @@
 """Pure decisions: which endpoints a service port uses, and which slot each endpoint keeps.
 
-:func:`select` is kube-proxy's endpoint categorisation without topology hints: ready endpoints,
-or, only when none is ready, the ones that are serving and terminating (so connections drain
-to them instead of failing); the same again restricted to this node for ``Local`` policies.
+:func:`select` is kube-proxy's endpoint categorisation (``CategorizeEndpoints``): ready
+endpoints, or, only when none is ready, the ones that are serving and terminating (so
+connections drain to them instead of failing); the same again restricted to this node for
+``Local`` policies. Topology hints (``trafficDistribution``, set by the EndpointSlice
+controller) narrow the cluster endpoints: when every ready endpoint has a node hint and one is
+hinted for this node, only those (PreferSameNode); else when every ready endpoint has a zone
+hint and one is hinted for this node's zone (its ``topology.kubernetes.io/zone`` label), only
+those (PreferClose, PreferSameZone); else all of them.
 
 :func:`assign_slots` keeps load-balancing slots stable: the endpoints map is keyed by
 ``service . slot``, so an endpoint that survives a change keeps its slot and a change of one
@@ -18,12 +23,30 @@ from operator import itemgetter
 from nodeagent.proxy.model import Endpoint, Selection
 
 
-def select(endpoints: Iterable[Endpoint], *, node_name: str) -> Selection:
+def select(endpoints: Iterable[Endpoint], *, node_name: str, zone: str = "") -> Selection:
     eps = list(endpoints)
-    cluster = [e for e in eps if e.ready] or [e for e in eps if e.serving and e.terminating]
+    ready = [e for e in eps if e.ready]
+    cluster = _by_topology(ready, node_name, zone) or [
+        e for e in eps if e.serving and e.terminating
+    ]
     mine = [e for e in eps if node_name and e.node_name == node_name]
     local = [e for e in mine if e.ready] or [e for e in mine if e.serving and e.terminating]
     return Selection(cluster=tuple(cluster), local=tuple(local))
+
+
+def _by_topology(ready: list[Endpoint], node_name: str, zone: str) -> list[Endpoint]:
+    """The ready endpoints this node uses after topology hints (all of them without hints)."""
+    if not ready:
+        return ready
+    if node_name and all(e.node_hints for e in ready):
+        mine = [e for e in ready if node_name in e.node_hints]
+        if mine:
+            return mine
+    if zone and all(e.zone_hints for e in ready):
+        near = [e for e in ready if zone in e.zone_hints]
+        if near:
+            return near
+    return ready
 
 
 def assign_slots(previous: Sequence[Endpoint], current: Iterable[Endpoint]) -> tuple[Endpoint, ...]:

@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import prometheus_client
+
 from nodeagent.apiserver import SERVICES, Api, WatchCache
 from nodeagent.clock import Clock
 from nodeagent.config import Config
@@ -28,7 +30,10 @@ from nodeagent.proxy.api import (
     SERVICES_LABEL_SELECTOR,
 )
 from nodeagent.proxy.conntrack import Conntrack, ConntrackTool
+from nodeagent.proxy.health import ProxyHealth
+from nodeagent.proxy.healthserver import ServiceHealthServers, serve_proxy_health
 from nodeagent.proxy.manager import ProxyManager
+from nodeagent.proxy.metricsserver import ProxyCollector, serve_proxy_metrics
 from nodeagent.proxy.settings import TABLE, settings_from_config
 from nodeagent.proxy.tracking import ObjectStore
 
@@ -39,6 +44,20 @@ RBAC_HINT = (
     " && kubectl create clusterrolebinding nodeagent:service-proxy"
     " --clusterrole=nodeagent:service-proxy --group=system:nodes (or set proxy.enabled: false)"
 )
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def node_zone(node: Mapping[str, Any] | None) -> str:
+    """The node's ``topology.kubernetes.io/zone`` label ("" without one)."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return str(labels.get(ZONE_LABEL) or "")
+
+
+def pod_cidrs(node: Mapping[str, Any] | None) -> tuple[str, ...]:
+    spec = (node or {}).get("spec") or {}
+    return tuple(spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []))
 
 
 def internal_ips(node: Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -89,8 +108,18 @@ class ServiceProxy:
         await self._node_changed(lambda _cache: bool(internal_ips(self._get_node())))
         return internal_ips(self._get_node())
 
+    async def _pod_cidrs(self) -> tuple[str, ...]:
+        """The Node's ``spec.podCIDRs`` (``NodeCIDR`` mode waits for them, as kube-proxy)."""
+        if self._config.proxy.detect_local_mode != "NodeCIDR":
+            return ()
+        if not pod_cidrs(self._get_node()):
+            self._log.info("Waiting for the node's podCIDRs (proxy.detectLocalMode NodeCIDR)")
+            await self._node_changed(lambda _cache: bool(pod_cidrs(self._get_node())))
+        return pod_cidrs(self._get_node())
+
     async def run(self) -> None:
         node_ips = await self._addresses()
+        cidrs = await self._pod_cidrs()
         local = await asyncio.to_thread(lambda: tuple(self._local_ips()))
         p = self._config.proxy
         settings = settings_from_config(
@@ -99,13 +128,19 @@ class ServiceProxy:
             node_ips=node_ips,
             local_ips=local,
             service_cidrs=tuple(c.strip() for c in p.service_cidr.split(",") if c.strip()),
+            pod_cidrs=cidrs,
         )
         self._log.info(
             "Service proxy starting",
             node_ips=",".join(node_ips),
             nodeport_ips=",".join(settings.nodeport_ips),
             families=",".join(settings.families),
+            local_cidrs=",".join(settings.cluster_cidrs),
+            detect_local_mode=p.detect_local_mode,
         )
+        # kube-proxy's health timeout: twice the sync period
+        health = ProxyHealth(now=self._clock.now, health_timeout=2 * settings.sync_period)
+        service_health = ServiceHealthServers(addresses=settings.nodeport_ips, health=health)
         self.manager = ProxyManager(
             settings=settings,
             services=self._services,
@@ -113,8 +148,48 @@ class ServiceProxy:
             nft={f: self._nft(f) for f in settings.families},
             conntrack=self._conntrack,
             clock=self._clock,
+            zone=lambda: node_zone(self._get_node()),
+            zone_changed=self._node_changed,
+            health=health,
+            service_health=service_health,
         )
-        await self.manager.run()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                if p.healthz_bind_address:
+                    tasks.create_task(
+                        serve_proxy_health(
+                            p.healthz_bind_address,
+                            health,
+                            counted=self.manager.metrics.count_health,
+                            log=self._log,
+                        )
+                    )
+                if p.metrics_bind_address:
+                    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+                    manager = self.manager
+                    registry.register(ProxyCollector(lambda: manager.metrics, settings.families))
+                    tasks.create_task(
+                        serve_proxy_metrics(p.metrics_bind_address, registry, log=self._log)
+                    )
+                tasks.create_task(self._watch_node(health))
+                await self.manager.run()
+        finally:
+            await service_health.close()
+
+    async def _watch_node(self, health: ProxyHealth) -> None:
+        """The node's eligibility for the health server: deleted, being deleted or tainted
+        ToBeDeletedByClusterAutoscaler makes ``/healthz`` answer 503."""
+        seen = False
+        while True:
+            node = self._get_node()
+            if node is not None or seen:  # not yet in the cache at start: still eligible
+                health.sync_node(node)
+            seen = seen or node is not None
+
+            def changed(_cache: object, was: object = node) -> bool:
+                return self._get_node() is not was
+
+            await self._node_changed(changed)
 
 
 def proxy_caches(api: Api) -> tuple[WatchCache, WatchCache]:

@@ -20,7 +20,9 @@ class ProxySettings:
     families: tuple[Family, ...] = ("ip",)
     table: str = TABLE
     cluster_cidrs: tuple[str, ...] = ()
-    """Pod CIDRs: traffic from outside them to a ClusterIP is masqueraded."""
+    """Where local traffic comes from (kube-proxy's local traffic detector): the cluster's
+    pod CIDRs, or in ``NodeCIDR`` mode the node's; traffic from outside them to a ClusterIP is
+    masqueraded."""
     service_cidrs: tuple[str, ...] = ()
     """Service CIDRs: traffic to an unallocated address in them is dropped."""
     nodeport_ips: tuple[str, ...] = ()
@@ -67,10 +69,14 @@ def settings_from_config(
     node_ips: Iterable[str],
     local_ips: Iterable[str] = (),
     service_cidrs: Iterable[str] = (),
+    pod_cidrs: Iterable[str] = (),
 ) -> ProxySettings:
+    """``pod_cidrs``: the Node's ``spec.podCIDRs``, the local traffic of ``NodeCIDR`` mode."""
     proxy = config.proxy
     node_ips = tuple(node_ips)
     cluster = tuple(c.strip() for c in proxy.cluster_cidr.split(",") if c.strip())
+    if proxy.detect_local_mode == "NodeCIDR":
+        cluster = tuple(pod_cidrs)
     nodeports = nodeport_addresses(
         proxy.node_port_addresses, node_ips=node_ips, local_ips=local_ips or node_ips
     )

@@ -57,6 +57,10 @@ class Changes:
     """When the poll saw the changes (the trigger time of changes without an annotation)."""
     services: set[ServiceName] = field(default_factory=set)
     triggers: dict[ServiceName, dt.datetime] = field(default_factory=dict)
+    service_changes: int = 0
+    """Service objects added, changed or deleted since the last poll."""
+    endpoint_changes: int = 0
+    """EndpointSlices of proxied Services added, changed or deleted since the last poll."""
 
 
 class ServiceTracker:
@@ -100,11 +104,13 @@ class ServiceTracker:
                     self._invalid("Service", hit[1], problem)
                     self._services.pop(hit[1], None)
                 changes.services.add(hit[1])
+                changes.service_changes += 1
             current[id(obj)] = hit
         for key in seen.keys() - current.keys():
             obj, name = seen[key]
             if self._services.get(name) is obj:  # deleted, not replaced by a newer object
                 del self._services[name]
+                changes.service_changes += 1
             changes.services.add(name)
         self._service_objs = current
 
@@ -120,13 +126,17 @@ class ServiceTracker:
                 hit = (obj, key, service_of_slice(obj) if proxied_slice(obj) else None)
                 added.append(hit)
             current[id(obj)] = hit
+        replaced = {k for _, k, _ in added}
         for gone in seen.keys() - current.keys():
             obj, key, service = seen[gone]
             if service is not None and self._slices.get(service, {}).get(key) is obj:
+                if key not in replaced:  # deleted, not replaced by a newer version
+                    changes.endpoint_changes += 1
                 self._forget(key, service, changes, {})
         for obj, key, service in added:
             if service is None:
                 continue
+            changes.endpoint_changes += 1
             problem = slice_problem(obj)
             if problem is None:
                 self._slices.setdefault(service, {})[key] = obj

@@ -7,8 +7,9 @@ bearer token through TokenReview, anonymous only if enabled) and authorized
 attributes, pure), :mod:`.auth` (authenticators, authorizers, caches), :mod:`.tls` (serving
 pair, TLS context), :mod:`.endpoints` (``/healthz``, ``/pods``, ``/configz``, ``/metrics``),
 :mod:`.streaming` (exec/attach/portForward proxy, with :mod:`.bridge` and :mod:`.wire`),
-:mod:`.servingcert`, :mod:`.app` (application factories), :mod:`.manager` (the manager the agent
-runs); :mod:`.service` wires them. API mode only.
+:mod:`.servingcert`, :mod:`.app` (application factories), :mod:`.listener` (the socket: idle
+and head limits, a cap on connections), :mod:`.runningpods`, :mod:`.manager` (the manager the
+agent runs); :mod:`.service` wires them. API mode only.
 
 In: ``address:port`` (HTTPS) and ``healthzBindAddress:healthzPort`` (plain); the serving pair
 from ``tlsCertFile``, else ``serverTLSBootstrap`` (a kubelet-serving CSR, rotated), else
@@ -19,7 +20,9 @@ SubjectAccessReview on ``nodes/<subresource>`` (cached); other packages' routes 
 :class:`Extension`.
 
 Out: ``/healthz`` (with ``ping``, ``log`` and ``syncloop`` from the sync loop's heartbeat),
-``/pods``, ``/configz``, ``/metrics`` (the prometheus_client registry). ``/exec``, ``/attach``
+``/pods``, ``/runningpods/`` (from the runtime), ``/configz``, ``/metrics`` (the
+prometheus_client registry). ``/exec``, ``/attach``, ``/run`` and ``/portForward`` need
+``create`` whatever the transport (``node.streamingAuthorization``); ``/exec``, ``/attach``
 and ``/portForward`` ask CRI for the runtime's streaming URL (for the container the pod's
 newest status names running; the runtime's list when that is stale) and connect the client's
 upgraded connection to it from the transports' protocol callbacks (no queue or task per

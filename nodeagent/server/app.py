@@ -1,9 +1,9 @@
 """The aiohttp applications: the authenticated kubelet API and the plain ``/healthz`` one.
 
 :func:`build_app` assembles the API: the auth middleware (every route, 401/403 as the
-kubelet), the server's own routes (``/healthz``, ``/pods``, ``/configz``, ``/metrics``, and the
-streaming ones) and each :class:`Extension`'s routes; each extension then sets the
-``web.AppKey`` values its handlers read.
+kubelet), the server's own routes (``/healthz``, ``/pods``, ``/configz``, ``/metrics``, the
+streaming ones and ``/runningpods/``) and each :class:`Extension`'s routes; each
+extension then sets the ``web.AppKey`` values its handlers read.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from aiohttp import web
 
 from nodeagent.apiserver import ApiError
 from nodeagent.log import get_logger
-from nodeagent.server import endpoints, keys, streaming
+from nodeagent.server import endpoints, keys, runningpods, streaming
 from nodeagent.server.attributes import request_attributes
 from nodeagent.server.auth import AUTH, RequestAuth, forbidden_message
 from nodeagent.server.metrics import metrics_middleware
@@ -63,7 +63,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if user is None:
         return _text(401, "Unauthorized")
     attrs = request_attributes(
-        request.method, request.path, auth.node_name, fine_grained=auth.fine_grained
+        request.method,
+        request.path,
+        auth.node_name,
+        fine_grained=auth.fine_grained,
+        streaming_create=auth.streaming_create,
     )
     for attr in attrs:
         try:
@@ -100,6 +104,8 @@ def build_app(
     if stream is not None:
         app[streaming.STREAMING] = stream
         app.add_routes(streaming.routes)
+        app[runningpods.RUNTIME] = stream.runtime
+        app.add_routes(runningpods.routes)
     for ext in extensions:
         app.add_routes(ext.routes)
         ext.install(app)

@@ -5,9 +5,14 @@ the verb from the HTTP method and a subresource from the path. With fine-grained
 authorization (``KubeletFineGrainedAuthz``, on by default since 1.33) ``/pods``, ``/healthz``,
 ``/configz`` and ``/statusz`` are first checked on their own subresource, then on ``proxy``;
 ``/stats``, ``/metrics``, ``/logs`` and ``/checkpoint`` have their own; everything else
-(exec, attach, portForward, containerLogs, ...) is ``proxy``. The verb follows the method
-only: a WebSocket upgrade is a GET, so ``get nodes/proxy`` allows a WebSocket exec, exactly as
-on the kubelet (documented upstream; SPDY upgrades are POSTs and need ``create``).
+(exec, attach, portForward, containerLogs, ...) is ``proxy``.
+
+On the kubelet the verb follows the method only: a WebSocket upgrade is a GET, so
+``get nodes/proxy`` (a grant common in monitoring charts) runs commands as root in any
+container of the node through a WebSocket exec, where SPDY (a POST) needs ``create``. By
+default (``node.streamingAuthorization: Create``) the streaming endpoints, which run
+commands or open connections (``/exec``, ``/attach``, ``/run``, ``/portForward``), are
+authorized as ``create`` whatever the transport; ``HTTPMethod`` restores the kubelet's mapping.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ _OWN: Final = (
 )
 
 
+STREAMING: Final = ("/exec", "/attach", "/run", "/portForward")
+"""Endpoints that act in a container (run a command, attach, open a connection): ``create``
+whatever the HTTP method, unless the kubelet's mapping is asked for."""
+
+
 @dataclass(frozen=True, slots=True)
 class Attributes:
     """One SubjectAccessReview's resource attributes."""
@@ -65,9 +75,16 @@ def is_subpath(path: str, prefix: str) -> bool:
 
 
 def request_attributes(
-    method: str, path: str, node_name: str, *, fine_grained: bool = True
+    method: str,
+    path: str,
+    node_name: str,
+    *,
+    fine_grained: bool = True,
+    streaming_create: bool = True,
 ) -> list[Attributes]:
-    """The attributes to authorize, in order: the request is allowed if any one is."""
+    """The attributes to authorize, in order: the request is allowed if any one is.
+    ``streaming_create``: the :data:`STREAMING` endpoints need ``create`` whatever the method
+    (False: the verb follows the method, as on the kubelet)."""
     subresources: list[str] = []
     if fine_grained:
         for prefix, sub in _FINE_GRAINED:
@@ -81,4 +98,6 @@ def request_attributes(
     else:
         subresources.append("proxy")
     verb = api_verb(method)
+    if streaming_create and any(is_subpath(path, p) for p in STREAMING):
+        verb = "create"
     return [Attributes(verb=verb, subresource=s, name=node_name, path=path) for s in subresources]

@@ -229,6 +229,9 @@ class RequestAuth:
     anonymous: bool = False
     node_name: str = ""
     fine_grained: bool = True
+    streaming_create: bool = True
+    """exec/attach/run/portForward need ``create`` whatever the transport (see
+    :mod:`.attributes`); False is the kubelet's mapping."""
 
     async def authenticate(
         self, *, peer_subject: Sequence[Any] | None, authorization: str | None

@@ -5,7 +5,8 @@ The serving pair comes from ``tlsCertFile``/``tlsPrivateKeyFile``, else, with
 ``serverTLSBootstrap``, from the cluster's kubelet-serving signer (HTTPS starts once it is
 issued; ``/healthz`` does not wait), else the self-signed pair in ``<rootDir>/pki``. A listen
 failure (port taken, bad address) crashes the manager with the address in the message, as the
-kubelet exits when it cannot listen.
+kubelet exits when it cannot listen. Connections are accepted within the bounds of
+:mod:`.listener` (idle and header limits, a cap on open connections).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from nodeagent.clock import Clock
 from nodeagent.errors import AgentError
 from nodeagent.log import Logger, get_logger
 from nodeagent.server import tls
+from nodeagent.server.listener import Limits, Listener
 from nodeagent.server.servingcert import ServingCertificate
 
 SHUTDOWN_TIMEOUT: Final = 1.0
@@ -55,13 +57,16 @@ class KubeletServer:
         healthz_app: Callable[[], web.Application],
         clock: Clock,
         serving: ServingCertificate | None = None,
+        limits: Limits | None = None,
         log: Logger | None = None,
     ) -> None:
+        """``limits``: idle and header bounds, the cap on connections (:mod:`.listener`)."""
         self._settings = settings
         self._app = app
         self._healthz_app = healthz_app
         self._clock = clock
         self._serving = serving
+        self._limits = limits or Limits()
         self._log = log or get_logger("server")
         self.ssl_context: ssl.SSLContext | None = None
         self.ready = asyncio.Event()
@@ -78,7 +83,7 @@ class KubeletServer:
 
     async def run(self) -> None:
         s = self._settings
-        runners: list[web.AppRunner] = []
+        runners: list[tuple[web.AppRunner, Listener]] = []
         try:
             if s.healthz_port:
                 runners.append(
@@ -110,7 +115,8 @@ class KubeletServer:
             await asyncio.Event().wait()
         finally:
             self.ready.clear()
-            for runner in reversed(runners):
+            for runner, listener in reversed(runners):
+                await asyncio.shield(listener.close())
                 await asyncio.shield(runner.cleanup())
 
     async def _serve(
@@ -120,16 +126,17 @@ class KubeletServer:
         port: int,
         context: ssl.SSLContext | None,
         what: str,
-    ) -> web.AppRunner:
+    ) -> tuple[web.AppRunner, Listener]:
         runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT
         )
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
+        assert runner.server is not None
+        listener = Listener(runner.server, ssl_context=context, limits=self._limits, log=self._log)
         try:
-            await site.start()
+            await listener.start(host, port)
         except OSError as e:
             await runner.cleanup()
             raise ServerError(f"cannot listen on {host}:{port} for the {what}: {e}") from e
         self._log.info("Listening", what=what, address=f"{host}:{port}", tls=context is not None)
-        return runner
+        return runner, listener

@@ -100,6 +100,7 @@ def server_manager(
         anonymous=authn.anonymous.enabled,
         node_name=node_name,
         fine_grained=gates.get("KubeletFineGrainedAuthz", True),
+        streaming_create=config.node.streaming_authorization == "Create",
     )
     all_pods, find_pod = pod_lookup(pods)
     first_seen: list[float] = []

@@ -33,6 +33,9 @@ CACHED: Final = frozenset(
 )
 ETC_HOSTS: Final = "etc-hosts"
 COST_FACTOR: Final = 5.0
+PERSISTENT: Final = frozenset({"kubernetes.io~csi", "kubernetes.io~local-volume"})
+"""Claimed and CSI volumes: measured by the volume manager (statfs, the CSI driver), never
+walked here, and not local ephemeral storage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ def measure_pod(
     except OSError:
         plugins = []
     for plugin in plugins:
+        if plugin in PERSISTENT:
+            continue
         plugin_path = base / "volumes" / plugin
         try:
             parent = os.stat(plugin_path).st_dev

@@ -71,13 +71,17 @@ class StatsProvider:
         pod_logs_dir: str | None = None,
         volumes: VolumeStats | None = None,
         root_dir: str | None = None,
+        persistent_volumes: Callable[[str], Awaitable[list[Json]]] | None = None,
     ) -> None:
         """``cgroups``: the cgroup v2 sampler (pods' and containers' CPU, memory, IO, pids
         and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
         intervals' worth of seconds); without it, or on cgroup v1, CRI stats only.
         ``volumes``: the pods' volumes, ``etc-hosts`` and pod log files (none without it).
         ``root_dir``: the agent's root dir (whether the images have a file system of their
-        own is decided against it)."""
+        own is decided against it). ``persistent_volumes``: the Summary entries (no ``time``)
+        of a pod's claimed and CSI volumes, by pod UID (the volume manager measures them)."""
+        self._persistent = persistent_volumes
+        self._persistent_last: dict[str, list[Json]] = {}
         self._cgroups = cgroups
         self._volumes = volumes
         self._root_dir = root_dir
@@ -122,6 +126,23 @@ class StatsProvider:
         cur = (now_ns, sample.cpu_ns)
         self._node_last = (mono, cur)
         return sample, nano_cores(prev, cur)
+
+    async def _add_persistent(
+        self, pods: dict[str, PodEntry], sandboxes: dict[str, cri.PodSandbox], now: str
+    ) -> None:
+        if self._persistent is None:
+            return
+        last: dict[str, list[Json]] = {}
+        for sb_id, pod in pods.items():
+            uid = sandboxes[sb_id].metadata.uid
+            found = await self._persistent(uid)
+            pod.persistent = [{"time": now, **v} for v in found]
+            last[uid] = pod.persistent
+        self._persistent_last = last
+
+    def persistent_entries(self) -> list[Json]:
+        """The claimed and CSI volume entries of the last summary (the volume metrics)."""
+        return [v for entries in self._persistent_last.values() for v in entries]
 
     async def summary(self) -> Json:
         now = rfc3339(self._clock.now())
@@ -188,6 +209,7 @@ class StatsProvider:
             disks = await self._volumes.current(wanted, sample.fs)
             for sb_id, pod in pods.items():
                 pod.disk = disks.get(sandboxes[sb_id].metadata.uid)
+        await self._add_persistent(pods, sandboxes, now)
         if tree is not None:
             for sb_id, pod in pods.items():
                 uid = sandboxes[sb_id].metadata.uid
@@ -309,6 +331,7 @@ def host_stats_provider(
     cgroups: CgroupStats | None = None,
     image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
     pod_logs_dir: str | None = None,
+    persistent_volumes: Callable[[str], Awaitable[list[Json]]] | None = None,
 ) -> StatsProvider:
     """A provider over this host's ``/proc``, the file system holding ``fs_path`` (the root
     dir, whose ``pods/`` hold the pods' volumes) and, on cgroup v2, the pods' cgroups through
@@ -330,4 +353,5 @@ def host_stats_provider(
         pod_logs_dir=pod_logs_dir,
         volumes=VolumeStats(root_dir=fs_path, clock=clock, interval=interval),
         root_dir=fs_path,
+        persistent_volumes=persistent_volumes,
     )

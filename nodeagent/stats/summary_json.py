@@ -7,6 +7,7 @@ containers'.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,15 +163,19 @@ class PodEntry:
     cgroup: CgroupSample | None = None
     cgroup_cores: int | None = None
     disk: PodDisk | None = None
+    persistent: list[Json] = dataclasses.field(default_factory=list)
+    """Summary entries of the pod's claimed and CSI volumes (the volume manager's)."""
 
 
 def pod_json(pod: PodEntry, now: str, node_fs: FsSample | None = None) -> Json:
     pod.containers.sort(key=lambda c: str(c["name"]))
     out: Json = {"podRef": pod.ref, "startTime": pod.start, "containers": pod.containers}
-    if pod.disk is not None and pod.disk.volumes:
-        out["volume"] = [
-            {**fs_json(v.usage, v.fs, time=now), "name": v.name} for v in pod.disk.volumes
-        ]
+    volumes = [
+        {**fs_json(v.usage, v.fs, time=now), "name": v.name}
+        for v in (pod.disk.volumes if pod.disk is not None else ())
+    ]
+    if volumes or pod.persistent:
+        out["volume"] = [*volumes, *pod.persistent]
     out["ephemeral-storage"] = fs_json(
         ephemeral_storage(pod.containers, pod.disk), node_fs, time=now
     )

@@ -5,7 +5,8 @@
 ``ContainersNotInitialized``, ``ContainersNotReady``, ``PodCompleted``, ``PodFailed`` and
 ``ReadinessGatesNotReady`` and messages such as ``containers with unready status: [app]``.
 Ready also needs the condition of every ``spec.readinessGates`` entry (conditions other
-components write on the pod's status) to be True. Pure.
+components write on the pod's status) to be True. Each condition the agent writes carries the
+``observedGeneration`` of the pod it was computed from (:func:`observed`). Pure.
 """
 
 from __future__ import annotations
@@ -228,6 +229,13 @@ def ready(
     return _condition("Ready", True)
 
 
+def observed(condition: Status, generation: int) -> Status:
+    """``condition`` reporting the pod ``generation`` it was computed from, as every condition
+    the 1.36 kubelet writes does (``PodObservedGenerationTracking``, GA and locked on since
+    1.35); a generation of 0 (a static pod's) is left out, as Go's ``omitempty`` does."""
+    return {**condition, "observedGeneration": generation} if generation else condition
+
+
 def kubelet_conditions(
     pod: Pod,
     statuses: Sequence[Status],
@@ -237,17 +245,18 @@ def kubelet_conditions(
     others: Sequence[Status] = (),
 ) -> list[Status]:
     """In the kubelet's order, after the conditions other components own (``others``, where
-    the readiness gates are looked up)."""
+    the readiness gates are looked up), each observing the pod's ``metadata.generation``."""
     before = [
         _condition("PodReadyToStartContainers", sandbox_ready),
         initialized(pod, statuses, phase),
     ]
-    return [
+    made = [
         *before,
         ready(pod, statuses, phase, [*others, *before]),
         containers_ready(pod, statuses, phase),
         _condition("PodScheduled", True),
     ]
+    return [observed(c, pod.metadata.generation) for c in made]
 
 
 def needs_readiness_reconcile(pod: Pod) -> bool:

@@ -3,7 +3,11 @@ kubelet's ``generateAPIPodStatus`` and status manager compute it. Pure.
 
 The previous status (what was last sent, else what the API object carries) keeps what must not
 move: ``startTime``, condition transition times, a terminal phase (never left), the reason and
-message of an unchanged phase, and the pod IPs once the sandbox is gone.
+message of an unchanged phase, the pod IPs once the sandbox is gone, and an
+``observedGeneration`` never lower than reported. ``status.observedGeneration`` and every
+condition the agent makes report the ``metadata.generation`` of the pod they were computed
+from; the resize conditions keep their own (the allocation manager's: the generation the
+resize was judged or accepted at), as the 1.36 kubelet writes them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from nodeagent.status.conditions import (
     TERMINAL,
     containers_ready,
     kubelet_conditions,
+    observed,
     pod_phase,
     ready,
     with_transition_times,
@@ -136,6 +141,9 @@ def generate_pod_status(
     resize = list(resize_conditions) if phase not in TERMINAL else []
     status["conditions"] = [*others, *with_transition_times([*resize, *ours], old_conditions, now)]
 
+    generation = observed_generation(pod, previous)
+    if generation:
+        status["observedGeneration"] = generation
     _set_addresses(status, pod, runtime, previous=previous, host_ips=host_ips)
     status["startTime"] = previous.get("startTime") or api_status.get("startTime") or now
     if init_statuses:
@@ -145,6 +153,13 @@ def generate_pod_status(
         status["ephemeralContainerStatuses"] = ephemeral_statuses
     status["qosClass"] = pod_qos_class(pod).value
     return status
+
+
+def observed_generation(pod: Pod, previous: Status) -> int:
+    """``status.observedGeneration``: the generation of the pod this status was made from
+    (the kubelet's ``SetPodStatus``), never below the one reported before (its status
+    manager's guard against a sync of an older copy)."""
+    return max(pod.metadata.generation, int(previous.get("observedGeneration") or 0))
 
 
 def _set_addresses(
@@ -217,9 +232,10 @@ def with_container_readiness(
     statuses = [*lists["initContainerStatuses"], *lists["containerStatuses"]]
     phase = str(status.get("phase", ""))
     old = status.get("conditions") or []
+    generation = pod.metadata.generation
     fresh = {
-        "Ready": ready(pod, statuses, phase, old),
-        "ContainersReady": containers_ready(pod, statuses, phase),
+        "Ready": observed(ready(pod, statuses, phase, old), generation),
+        "ContainersReady": observed(containers_ready(pod, statuses, phase), generation),
     }
     remade = with_transition_times(list(fresh.values()), old, now)
     by_type = {c["type"]: c for c in remade}
@@ -229,11 +245,16 @@ def with_container_readiness(
 
 
 def rejected_status(pod: Pod, *, reason: str, message: str, now: str) -> Status:
-    """The status of a pod admission refused: Failed, with the kubelet's reason and message."""
-    return {
+    """The status of a pod admission refused: Failed, with the kubelet's reason and message
+    (and, as every status its ``SetPodStatus`` takes, the pod's generation)."""
+    status: Status = {
         "phase": "Failed",
         "reason": reason,
         "message": REJECTED_PREFIX + message,
         "startTime": pod.status.get("startTime") or now,
         "qosClass": pod_qos_class(pod).value,
     }
+    generation = observed_generation(pod, pod.status)
+    if generation:
+        status["observedGeneration"] = generation
+    return status

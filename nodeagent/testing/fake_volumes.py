@@ -23,10 +23,15 @@ class FakeMounter:
         self.shared: set[str] = set()
         self.binds: dict[str, str] = {}
         """Bind mount target -> the path its source descriptor pointed to."""
+        self.read_only: set[str] = set()
+        self.root_shared = True
+        """What ``is_shared`` says of a path that is no shared mount of its own."""
         self.calls: list[tuple[str, str]] = []
 
-    async def bind(self, source: str, target: str) -> None:
+    async def bind(self, source: str, target: str, *, read_only: bool = False) -> None:
         self.calls.append(("bind", target))
+        if read_only:
+            self.read_only.add(target)
         self.binds[target] = await asyncio.to_thread(os.path.realpath, source)
 
     async def make_shared(self, target: str) -> None:
@@ -51,6 +56,9 @@ class FakeMounter:
 
     async def mount_points(self) -> list[str]:
         return ["/", *self.tmpfs, *self.binds]
+
+    async def is_shared(self, path: str) -> bool:
+        return path in self.shared or self.root_shared
 
 
 class FakeContentSource:

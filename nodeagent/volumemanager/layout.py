@@ -8,6 +8,7 @@ volume (the kubelet's ``calculateEmptyDirMemorySize``), the CRI propagation of a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -27,6 +28,8 @@ CONTENT_SOURCES: Final = frozenset({"configMap", "secret", "downwardAPI", "proje
 read-only)."""
 TMPFS_CONTENT: Final = frozenset({"secret", "projected"})
 """The kubelet wraps these in a memory-backed emptyDir: their files never touch the disk."""
+CLAIM_SOURCES: Final = ("persistentVolumeClaim", "ephemeral")
+"""Sources backed by a PersistentVolume (``persistent.py``, ``csi/``)."""
 MEMORY_MEDIUM: Final = "Memory"
 SUPPORTED_MEDIA: Final = ("", MEMORY_MEDIUM)
 
@@ -36,6 +39,14 @@ PROPAGATION: Final[dict[str | None, Propagation]] = {
     "HostToContainer": "host_to_container",
     "Bidirectional": "bidirectional",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class MountedVolume:
+    """A pod volume ready for its containers: where it is on the host."""
+
+    path: str
+    read_only: bool
 
 
 def pods_dir(root_dir: str | Path) -> Path:
@@ -57,6 +68,12 @@ def volume_path(root_dir: str | Path, uid: str, volume: Volume) -> Path:
     return pod_dir(root_dir, uid) / "volumes" / plugin / volume.name
 
 
+def plugin_meta_dir(root_dir: str | Path, uid: str, volume: Volume) -> Path:
+    """``<podDir>/plugins/kubernetes.io~<plugin>/<name>``: the kubelet's per-volume metadata
+    (its ``ready`` mark), out of the containers' reach."""
+    return pod_dir(root_dir, uid) / "plugins" / PLUGIN_DIRS[volume.source] / volume.name
+
+
 def on_tmpfs(volume: Volume) -> bool:
     if volume.empty_dir is not None:
         return volume.empty_dir.medium == MEMORY_MEDIUM
@@ -74,7 +91,7 @@ def unsupported_reason(volume: Volume) -> str | None:
     source = volume.source
     if not source:
         return "volume has no source this node recognises"
-    if source not in PLUGIN_DIRS and source != "hostPath":
+    if source not in PLUGIN_DIRS and source not in ("hostPath", "csi", *CLAIM_SOURCES):
         return f'volume source "{source}" is not supported on this node'
     if volume.empty_dir is not None and volume.empty_dir.medium not in SUPPORTED_MEDIA:
         medium = volume.empty_dir.medium
@@ -82,9 +99,11 @@ def unsupported_reason(volume: Volume) -> str | None:
     return None
 
 
-def setup_failed_message(volume_name: str, why: str) -> str:
-    """The kubelet's ``FailedMount`` Event message."""
-    return f'MountVolume.SetUp failed for volume "{volume_name}" : {why}'
+def setup_failed_message(
+    volume_name: str, why: str, operation: str = "MountVolume.SetUp failed"
+) -> str:
+    """The kubelet's ``FailedMount`` Event message (``GenerateError``)."""
+    return f'{operation} for volume "{volume_name}" : {why}'
 
 
 def propagation(mode: str | None) -> Propagation:

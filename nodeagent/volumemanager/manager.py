@@ -6,7 +6,8 @@ for every volume (a hostPath volume is the host path, after its ``type`` check):
 disk, or on tmpfs for ``medium: Memory``; configMap and downwardAPI on disk, secret and
 projected on tmpfs, their files written by the :class:`ContentSource` on every call so updates
 reach running pods (its writer applies ``fsGroup`` to them, as the kubelet's); ``fsGroup``
-ownership of emptyDirs (``ownership.py``). It never raises for a
+ownership of emptyDirs (``ownership.py``), once: the kubelet's ``ready`` mark on disk
+(``readymark.py``) keeps a restarted agent from walking them again. It never raises for a
 volume: the result names each volume that failed with the ``FailedMount`` text, whether the pod
 may start containers (every volume set up once), and when to try again (0.5 s doubling to
 2 min 2 s, the kubelet's volume operation back-off). A source the node does not set up
@@ -32,16 +33,21 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+from nodeagent.apiserver import Api
 from nodeagent.kuberuntime.env import ContainerConfigError
 from nodeagent.kuberuntime.mounts import HostMount
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, Volume
-from nodeagent.volumemanager import layout, subpath
+from nodeagent.volumemanager import layout, readymark, subpath
+from nodeagent.volumemanager.claimed import ClaimedVolumes, CsiVolumes
+from nodeagent.volumemanager.claims import ClaimResolver, uses_claim
 from nodeagent.volumemanager.hostpath import check_host_path
+from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter, MountError, SystemMounter, below
 from nodeagent.volumemanager.ownership import set_volume_ownership
+from nodeagent.volumemanager.pvstats import volume_entries
 from nodeagent.volumemanager.source import (
     ContentSource,
     NoContentSource,
@@ -56,12 +62,7 @@ VOLUME_DIR_MODE: Final = 0o777
 DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 VOLUMES: Final = "volumes"
 SUBPATHS: Final = "volume-subpaths"
-
-
-@dataclass(frozen=True, slots=True)
-class MountedVolume:
-    path: str
-    read_only: bool
+PLUGINS: Final = "plugins"
 
 
 @dataclass
@@ -71,6 +72,8 @@ class PodVolumes:
     mounted: dict[str, MountedVolume] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     """volume name -> why it cannot be set up (the ``FailedMount`` text after ``: ``)."""
+    events: dict[str, str] = field(default_factory=dict)
+    """volume name -> the ``FailedMount`` Event to post (not every failure has one)."""
     missing: tuple[str, ...] = ()
     """Volumes never set up: the pod's containers must not start."""
     retry_in: float | None = None
@@ -255,6 +258,20 @@ def _make_volume_dir(path: Path) -> None:
     _make_dir(path, VOLUME_DIR_MODE)
 
 
+def _still_ready(path: Path, meta: Path, mounts: Sequence[str], tmpfs: bool) -> bool:
+    """The volume was set up (and owned) before, by this agent or an earlier one: its ready
+    mark is on disk and its directory still there (else the mark goes), its tmpfs still
+    mounted for ``medium: Memory`` (a new one is set up again), as the kubelet's."""
+    if not readymark.is_ready(meta):
+        return False
+    if tmpfs:
+        return os.path.realpath(path) in mounts
+    if os.path.lexists(path):
+        return True
+    readymark.clear(meta)
+    return False
+
+
 def _list_pod_dirs(root_dir: str) -> list[str]:
     try:
         entries = list(os.scandir(layout.pods_dir(root_dir)))
@@ -265,7 +282,7 @@ def _list_pod_dirs(root_dir: str) -> list[str]:
 
 @dataclass
 class _PodState:
-    ready: set[str] = field(default_factory=set)
+    ready: dict[str, MountedVolume] = field(default_factory=dict)
     owned: set[str] = field(default_factory=set)
     attempts: int = 0
 
@@ -278,24 +295,61 @@ class VolumeManager:
         content: ContentSource | None = None,
         mounter: Mounter | None = None,
         allocatable_memory: Callable[[], int | None] = lambda: None,
+        api: Api | None = None,
+        node_name: str = "",
+        node_labels: Callable[[], Mapping[str, str]] = dict,
+        csi: CsiVolumes | None = None,
         log: Logger | None = None,
     ) -> None:
         """``allocatable_memory``: the node's allocatable memory in bytes (the largest tmpfs
-        a memory-backed volume gets)."""
+        a memory-backed volume gets); ``api`` reads claims and PersistentVolumes;
+        ``node_labels`` (the Node's) decide a PV's ``nodeAffinity``; ``csi`` sets up CSI
+        volumes (None: they fail by name)."""
         self._root = root_dir
         self._content: ContentSource = content or NoContentSource()
         self._mounter: Mounter = mounter or SystemMounter()
         self._allocatable_memory = allocatable_memory
         self._log = log or get_logger("volumes")
+        self._csi = csi
+        self._claims = ClaimedVolumes(
+            root_dir=root_dir,
+            resolver=ClaimResolver(api=api),
+            mounter=self._mounter,
+            node_name=node_name,
+            node_labels=node_labels,
+            csi=csi,
+            log=self._log,
+        )
         self._pods: dict[str, _PodState] = {}
         self._tearing_down: set[str] = set()
+        self._root_shared = False
 
     def pod_dir(self, uid: str) -> Path:
         return layout.pod_dir(self._root, uid)
 
     # --- setting up ---------------------------------------------------------------------
 
+    async def ensure_root_shared(self) -> None:
+        """Make the root directory a shared mount of its own unless it already propagates,
+        as the kubelet's ``MakeRShared`` at start: a CSI plugin's container mounts volumes
+        below it with ``Bidirectional`` propagation, which the runtime refuses on a private
+        mount. Once per agent; a failure is logged and tried again on the next call."""
+        if self._root_shared:
+            return
+        try:
+            await asyncio.to_thread(os.makedirs, self._root, 0o750, True)
+            real = await asyncio.to_thread(os.path.realpath, self._root)
+            if not await self._mounter.is_shared(real):
+                await self._mounter.bind(real, real)
+                await self._mounter.make_shared(real)
+                self._log.info("Made the root directory a shared mount", path=real)
+        except (OSError, MountError) as e:
+            self._log.error("Cannot make the root directory shared", path=self._root, error=str(e))
+            return
+        self._root_shared = True
+
     async def set_up(self, pod: Pod) -> PodVolumes:
+        await self.ensure_root_shared()
         state = self._pods.setdefault(pod.uid, _PodState())
         result = PodVolumes(
             log=self._log, pod_dir=str(self.pod_dir(pod.uid)), mounter=self._mounter
@@ -305,29 +359,44 @@ class VolumeManager:
         for volume in pod.spec.volumes:
             if volume.image is not None:
                 # The runtime mounts an image volume (CRI Mount.image): nothing on the host.
-                state.ready.add(volume.name)
+                state.ready[volume.name] = MountedVolume("", read_only=True)
                 continue
             try:
                 reason = layout.unsupported_reason(volume)
                 if reason is not None:
                     raise VolumeSetupError(reason)
-                if layout.on_tmpfs(volume) and mounts is None:
+                if mounts is None and (layout.on_tmpfs(volume) or uses_claim(volume)):
                     mounts = await self._mount_points()
-                path = await self._set_up_volume(pod, volume, state, mounts or [])
+                if uses_claim(volume):
+                    mounted = await self._claims.set_up(pod, volume, mounts or [])
+                elif volume.csi is not None:
+                    mounted = await self._claims.set_up_inline(pod, volume)
+                else:
+                    path = await self._set_up_volume(pod, volume, state, mounts or [])
+                    mounted = MountedVolume(path, layout.mounted_read_only(volume))
             except VolumeSetupError as e:
                 result.failures[volume.name] = e.message
+                if e.operation is not None:
+                    result.events[volume.name] = layout.setup_failed_message(
+                        e.spec_name or volume.name, e.message, e.operation
+                    )
                 if volume.name not in state.ready:
                     continue
-                path = str(layout.volume_path(self._root, pod.uid, volume))  # keeps running
-            state.ready.add(volume.name)
-            result.mounted[volume.name] = MountedVolume(path, layout.mounted_read_only(volume))
+                mounted = state.ready[volume.name]  # keeps running
+            state.ready[volume.name] = mounted
+            result.mounted[volume.name] = mounted
         result.missing = tuple(v.name for v in pod.spec.volumes if v.name not in state.ready)
         if result.failures:
             result.retry_in = min(RETRY_INITIAL * 2**state.attempts, RETRY_MAX)
             state.attempts += 1
             for name, message in result.failures.items():
+                what = (
+                    "MountVolume.SetUp failed"
+                    if name in result.events
+                    else ("Error processing volume")
+                )
                 self._log.warning(
-                    "MountVolume.SetUp failed",
+                    what,
                     pod_namespace=pod.namespace,
                     pod_name=pod.name,
                     pod_uid=pod.uid,
@@ -351,6 +420,12 @@ class VolumeManager:
             await asyncio.to_thread(check_host_path, volume.host_path.path, volume.host_path.type)
             return volume.host_path.path
         path = layout.volume_path(self._root, pod.uid, volume)
+        meta = layout.plugin_meta_dir(self._root, pod.uid, volume)
+        owned = volume.name in state.owned
+        if not owned and volume.empty_dir is not None:
+            owned = await asyncio.to_thread(
+                _still_ready, path, meta, mounts, layout.on_tmpfs(volume)
+            )
         try:
             await asyncio.to_thread(_make_volume_dir, path)
         except OSError as e:
@@ -365,9 +440,10 @@ class VolumeManager:
             except Exception as e:
                 raise VolumeSetupError(failure_message(e)) from e
             # fsGroup: the content writer owns its files, as the kubelet's atomic writer does
-        elif volume.name not in state.owned:
+        elif not owned:
             await self._own(pod, volume, path, read_only=False)
-            state.owned.add(volume.name)
+            await asyncio.to_thread(readymark.set_ready, meta)
+        state.owned.add(volume.name)
         return str(path)
 
     async def _mount_tmpfs(self, pod: Pod, volume: Volume, path: Path, mounts: list[str]) -> None:
@@ -404,6 +480,11 @@ class VolumeManager:
         except OSError as e:
             raise VolumeSetupError(f"applying fsGroup {psc.fs_group} to {path}: {e}") from e
 
+    async def persistent_volume_stats(self, uid: str) -> list[dict[str, Any]]:
+        """The Summary ``volume`` entries (no ``time``) of the pod's claimed and CSI
+        volumes (``pvstats.py``)."""
+        return await volume_entries(self._claims.claimed(uid), self._csi)
+
     # --- tearing down -------------------------------------------------------------------
 
     async def tear_down(self, uid: str, *, keep_pod_dir: bool = False) -> bool:
@@ -412,6 +493,9 @@ class VolumeManager:
         its volumes then, and the directory once the pod is gone). True when done."""
         self._pods.pop(uid, None)
         self._content.forget(uid)
+        self._claims.forget(uid)
+        if self._csi is not None:
+            self._csi.forget(uid)
         path = self.pod_dir(uid)
         if uid in self._tearing_down:
             return False
@@ -424,6 +508,9 @@ class VolumeManager:
     async def _tear_down(self, uid: str, path: Path, *, keep_pod_dir: bool) -> bool:
         if not await asyncio.to_thread(os.path.lexists, path):
             return True
+        if self._csi is not None and not await self._csi.tear_down_pod(uid):
+            self._log.warning("Pod directory kept: CSI volumes are still published", pod_uid=uid)
+            return False
         real = await asyncio.to_thread(os.path.realpath, path)
         for point in below(await self._mounter.mount_points(), real):
             try:
@@ -436,7 +523,7 @@ class VolumeManager:
                 "Pod directory kept: mounts remain below it", pod_uid=uid, mounts=",".join(left)
             )
             return False
-        doomed = [path / VOLUMES, path / SUBPATHS] if keep_pod_dir else [path]
+        doomed = [path / VOLUMES, path / SUBPATHS, path / PLUGINS] if keep_pod_dir else [path]
         try:
             for tree in doomed:
                 if await asyncio.to_thread(os.path.lexists, tree):
@@ -451,6 +538,7 @@ class VolumeManager:
     async def clean_orphans(self, keep: Callable[[str], bool]) -> list[str]:
         """Tear down every pod directory whose UID ``keep`` rejects (asked again right
         before each one); the UIDs removed."""
+        await self.ensure_root_shared()
         removed = []
         for uid in await asyncio.to_thread(_list_pod_dirs, self._root):
             if keep(uid):
@@ -458,4 +546,6 @@ class VolumeManager:
             self._log.info("Cleaning up orphaned pod directory", pod_uid=uid)
             if await self.tear_down(uid):
                 removed.append(uid)
+        if self._csi is not None:
+            await self._csi.clean_staged()
         return removed

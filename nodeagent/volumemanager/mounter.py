@@ -25,9 +25,9 @@ class MountError(AgentError):
 class Mounter(Protocol):
     async def mount_tmpfs(self, target: str, size: int | None) -> None: ...
 
-    async def bind(self, source: str, target: str) -> None:
+    async def bind(self, source: str, target: str, *, read_only: bool = False) -> None:
         """Bind-mount ``source`` (taken as it is: a ``/proc/<pid>/fd/<n>`` link) on
-        ``target``."""
+        ``target``, read-only if asked."""
         ...
 
     async def make_shared(self, target: str) -> None:
@@ -38,6 +38,10 @@ class Mounter(Protocol):
 
     async def mount_points(self) -> list[str]:
         """Every mount point of this mount namespace, in mount order."""
+        ...
+
+    async def is_shared(self, path: str) -> bool:
+        """Whether the mount holding ``path`` propagates (``shared:`` in mountinfo)."""
         ...
 
 
@@ -64,6 +68,22 @@ def parse_mountinfo(text: str) -> list[str]:
         if len(fields) >= 5:
             points.append(_unescape(fields[4]))
     return points
+
+
+def is_shared_mount(text: str, path: str) -> bool:
+    """Whether the deepest mount of a mountinfo ``text`` holding ``path`` (a real path) is
+    shared: its optional fields (between the 6th field and ``-``) have ``shared:N``."""
+    best, shared = "", False
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 7:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            optional = fields[6 : fields.index("-")] if "-" in fields else []
+            best, shared = point, any(f.startswith("shared:") for f in optional)
+    return shared
 
 
 def below(points: list[str], directory: str) -> list[str]:
@@ -96,8 +116,9 @@ class SystemMounter:
         options = ["-o", f"size={size}"] if size else []
         await self._run("mount", "-t", "tmpfs", *options, "tmpfs", target)
 
-    async def bind(self, source: str, target: str) -> None:
-        await self._run("mount", "--no-canonicalize", "--bind", source, target)
+    async def bind(self, source: str, target: str, *, read_only: bool = False) -> None:
+        options = ["-o", "ro"] if read_only else []
+        await self._run("mount", "--no-canonicalize", "--bind", *options, source, target)
 
     async def make_shared(self, target: str) -> None:
         await self._run("mount", "--make-rshared", target)
@@ -108,3 +129,7 @@ class SystemMounter:
     async def mount_points(self) -> list[str]:
         text = await asyncio.to_thread(Path(self._mountinfo).read_text)
         return parse_mountinfo(text)
+
+    async def is_shared(self, path: str) -> bool:
+        text = await asyncio.to_thread(Path(self._mountinfo).read_text)
+        return is_shared_mount(text, path)

@@ -1,8 +1,11 @@
-"""``make conformance [PEER=kubelet]``: the Kubernetes e2e node and network specs against this
-machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
+"""``make conformance [PEER=kubelet] [SELECTION=node|storage]``: the Kubernetes e2e node and
+network specs, then the storage specs (`conformance.storage`), against this machine's ``make up``
+cluster, with nodeagent or the reference kubelet + kube-proxy as the node.
 
     PYTHONPATH=tests .venv/bin/python -m conformance build
     PYTHONPATH=tests .venv/bin/python -m conformance run [--peer kubelet] [--procs 8] [--ci]
+                                                         [--selection node|storage|all]
+                                                         [--nodes N]
                                                          [--focus REGEX] [--no-docs]
     PYTHONPATH=tests .venv/bin/python -m conformance report      # re-render docs/conformance.md
 
@@ -11,16 +14,20 @@ machine's ``make up`` cluster, with nodeagent or the reference kubelet + kube-pr
 (`conformance.images`), points the suite at them with ``KUBE_TEST_REPO_LIST``, runs ginkgo in
 parallel, keeps the suite's JUnit report in ``<cache>/conformance/<peer>/junit_01.xml`` (a full
 run) or in ``<cache>/conformance/<peer>-<focus|ci>/<UTC time>/`` (a focused or CI run: each has
-its own, none touches the full run's), saves a compact copy of the results as
-``docs/conformance/<peer>.json`` and re-renders ``docs/conformance.md`` from both peers' saved
+its own, none touches the full run's; the storage selection's directories are named
+``<peer>-storage``), saves a compact copy of the results as ``docs/conformance/<peer>.json``
+(``<peer>-storage.json``) and re-renders ``docs/conformance.md`` from both peers' saved
 runs (`conformance.report`). ``--ci`` runs only the specs listed in
 ``tests/conformance/ci-specs.txt`` (the ones that pass with nodeagent today) and touches no docs;
-nor does ``--focus``.
+nor does ``--focus``. ``--nodes N`` (N > 1) runs the node selection on a cluster of N nodes of
+the run's own (`conformance.multinode`), saved as ``<peer>-<N>nodes``; the storage selection
+runs on ``make up``'s node only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -29,14 +36,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
+from harness import csi_hostpath
 from harness import up as harness_up
-from harness.controlplane import attach
+from harness.controlplane import ControlPlane, attach
 from harness.versions import cache_dir, load_versions
 
-from conformance import images, report, suite
+from conformance import images, report, storage, suite
 
 REPO = Path(__file__).resolve().parents[2]
 CI_SPECS = Path(__file__).with_name("ci-specs.txt")
@@ -44,6 +54,13 @@ CI_SPECS = Path(__file__).with_name("ci-specs.txt")
 # Networking / DNS specs; nothing serial, disruptive, slow, flaky or behind a feature.
 FOCUS = r"\[NodeConformance\]|\[sig-network\] (Services|Networking|DNS) "
 SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Feature:[^\]]*\]"
+# On several nodes (NODES=3): the whole [Conformance] set (what a cluster must pass to be
+# certified, [Slow] ones included) plus the node and network specs above; nothing serial,
+# disruptive or flaky. Ginkgo's label filter keeps [Slow] and [Feature:...] specs out unless
+# they are [Conformance] (RE2 has no look-ahead to say so in --skip).
+MULTI_FOCUS = r"\[Conformance\]|" + FOCUS
+MULTI_SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]"
+MULTI_LABELS = "Conformance || (!Slow && !/Feature:.*/)"
 # Most of a spec's time is waiting (pods starting, a service answering, the 2-5 min timeouts of
 # the failing specs), not CPU: 12 processes keep the 2 cores busy without starving the node
 # (containerd, runc and the node agent share them); the issue's first run used 10. Each process
@@ -191,13 +208,22 @@ def suite_timeout(value: str, now: datetime.datetime) -> str:
     return f"{max(5, int((end - now).total_seconds() // 60) - 3)}m"
 
 
-def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> set[str]:
+def dry_run(
+    e2e_test: Path,
+    *,
+    focus: str,
+    work: Path,
+    env: dict[str, str],
+    skip: str = SKIP,
+    labels: str = "",
+) -> set[str]:
     """The names of the specs the selection picks (a ginkgo dry run: nothing runs)."""
     argv = [
         str(e2e_test),
         "--ginkgo.dry-run",
         f"--ginkgo.focus={focus}",
-        f"--ginkgo.skip={SKIP}",
+        f"--ginkgo.skip={skip}",
+        *([f"--ginkgo.label-filter={labels}"] if labels else []),
         "--provider=skeleton",
         f"--report-dir={work}",
     ]
@@ -205,12 +231,25 @@ def dry_run(e2e_test: Path, *, focus: str, work: Path, env: dict[str, str]) -> s
     return {r.name for r in report.parse_junit(work / "junit_01.xml") if r.status == "passed"}
 
 
-def run(args: argparse.Namespace) -> int:
-    started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    at_commit = commit()  # the code the node runs: taken before the run, not after
-    load_at_start = machine()
-    built = suite.ensure_suite()
-    versions = load_versions()
+SELECTIONS = ("node", "storage")
+
+
+def saved_run_path(docs: Path, column: str, selection: str) -> Path:
+    """Where a full run of `selection` is saved (the node selection keeps its old name)."""
+    suffix = "" if selection == "node" else f"-{selection}"
+    return docs / "conformance" / f"{column}{suffix}.json"
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace, work: Path) -> Iterator[tuple[ControlPlane, str]]:
+    """(control plane, registry host) of the run's cluster, with the run's peer as its nodes:
+    `make up`'s single node, or a multi-node cluster of the run's own."""
+    if args.nodes > 1:
+        from conformance.multinode import run_cluster
+
+        with run_cluster(nodes=args.nodes, peer=args.peer, work=work) as c:
+            yield c.plane, c.registry_host
+        return
     if harness_up.up() != 0:
         raise SystemExit("`make up` failed")
     directory = harness_up.state_dir()
@@ -218,60 +257,119 @@ def run(args: argparse.Namespace) -> int:
     if not state or "registry" not in (state.get("runtime") or {}):
         raise SystemExit("the cluster from `make up` has no registry/runtime: cannot run the suite")
     plane = attach(state["control_plane"])
-    registry_host = state["runtime"]["registry"]
-    pushed = images.push_all(
-        registry_host, agnhost=built.agnhost, nc=built.nc, module=suite.module_source(versions)
-    )
-    say(f"{len(pushed)} e2e images pushed to {registry_host}")
-    kind = "ci" if args.ci else "focus" if args.focus else "full"
-    work = run_dir(
-        cache_dir() / "conformance", args.peer, kind, datetime.datetime.now(datetime.UTC)
-    )
-    say(f"this run's reports: {work}")
-    repo_list = work / "repo-list.yaml"
-    repo_list.write_text(images.repo_list(registry_host))
-
-    focus = ci_focus() if args.ci else (args.focus or FOCUS)
-    argv = [
-        str(built.ginkgo),
-        f"--procs={args.procs}",
-        f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
-        "--no-color",
-        "--silence-skips",
-        f"--output-dir={work}",
-        f"--focus={focus}",
-        f"--skip={SKIP}",
-        str(built.e2e_test),
-        "--",
-        f"--kubeconfig={plane.admin_kubeconfig}",
-        "--provider=skeleton",
-        "--disable-log-dump",
-        "--dump-logs-on-failure=false",
-        f"--e2e-output-dir={work}",
-        f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
-        "--minStartupPods=0",
-    ]
-    env = dict(
-        os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
-    )
     node: AbstractContextManager[object] = nullcontext()
     if args.peer == "kubelet":
         from conformance.peer import kubelet_node
 
         node = kubelet_node(plane, state, directory=directory, work=work)
-    with node:
+    try:
+        with node:
+            yield plane, state["runtime"]["registry"]
+    finally:
+        if args.peer == "kubelet":
+            harness_up.write_state(directory, state)
+
+
+def run(args: argparse.Namespace) -> int:
+    selections = SELECTIONS if args.selection == "all" else (args.selection,)
+    if (args.ci or args.nodes > 1) and selections != ("node",):
+        # the CI subset is the node selection's; the storage selection runs on make up's node
+        selections = ("node",)
+    worst = 0
+    for selection in selections:
+        worst = max(worst, run_selection(args, selection))
+    return worst
+
+
+def selection_args(
+    args: argparse.Namespace,
+    selection: str,
+    *,
+    built: suite.Suite,
+    module: Path,
+    registry_host: str,
+    work: Path,
+    env: dict[str, str],
+) -> tuple[str, str, str, list[str]]:
+    """The focus, skip, label filter and extra e2e.test flags of a selection; the storage
+    selection also pushes the CSI hostpath driver's images under the suite's names."""
+    if selection != "storage":
+        multi = args.nodes > 1
+        focus = ci_focus() if args.ci else (args.focus or (MULTI_FOCUS if multi else FOCUS))
+        skip, labels = (MULTI_SKIP, MULTI_LABELS) if multi else (SKIP, "")
+        return focus, skip, labels, []
+    focus = args.focus or storage.FOCUS
+    names = storage.selected_names(
+        built.e2e_test, focus=focus, skip=storage.BASE_SKIP, work=work / "pre-dry-run", env=env
+    )
+    pushed = storage.push_images(registry_host, module, work / "csi-images")
+    say(f"{len(pushed)} CSI hostpath images pushed under the suite's names")
+    from conformance.peer import KUBELET_ROOT
+
+    if args.peer == "kubelet":
+        root = KUBELET_ROOT
+    else:
+        state: dict[str, Any] = harness_up.read_state(harness_up.state_dir()) or {}
+        root = csi_hostpath.node_root_dir(Path(state["node"]["config"]))
+    return focus, storage.skip_for(names), "", [f"--kubelet-root-dir={root}"]
+
+
+def run_selection(args: argparse.Namespace, selection: str) -> int:
+    started_wall = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    at_commit = commit()  # the code the node runs: taken before the run, not after
+    load_at_start = machine()
+    built = suite.ensure_suite()
+    module = suite.module_source(load_versions())
+    column = report.column(args.peer, args.nodes)
+    kind = "ci" if args.ci else "focus" if args.focus else "full"
+    run_name = column if selection == "node" else f"{column}-{selection}"
+    work = run_dir(cache_dir() / "conformance", run_name, kind, datetime.datetime.now(datetime.UTC))
+    say(f"this run's reports ({selection} selection): {work}")
+    with _cluster(args, work) as (plane, registry_host):
+        pushed = images.push_all(registry_host, agnhost=built.agnhost, nc=built.nc, module=module)
+        say(f"{len(pushed)} e2e images pushed to {registry_host}")
+        repo_list = work / "repo-list.yaml"
+        repo_list.write_text(images.repo_list(registry_host))
+        env = dict(
+            os.environ, KUBE_TEST_REPO_LIST=str(repo_list), KUBECONFIG=str(plane.admin_kubeconfig)
+        )
+        focus, skip, labels, extra = selection_args(
+            args, selection, built=built, module=module, registry_host=registry_host,
+            work=work, env=env,
+        )  # fmt: skip
+        argv = [
+            str(built.ginkgo),
+            f"--procs={args.procs}",
+            f"--timeout={suite_timeout(args.timeout, datetime.datetime.now(datetime.UTC))}",
+            "--no-color",
+            "--silence-skips",
+            f"--output-dir={work}",
+            f"--focus={focus}",
+            f"--skip={skip}",
+            *([f"--label-filter={labels}"] if labels else []),
+            str(built.e2e_test),
+            "--",
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--provider=skeleton",
+            "--disable-log-dump",
+            "--dump-logs-on-failure=false",
+            f"--e2e-output-dir={work}",
+            f"--report-dir={work}",  # junit_01.xml: the suite's own, compact JUnit
+            "--minStartupPods=0",
+            *extra,
+        ]
         say(
-            f"running the e2e suite with {args.peer} as the node ({args.procs} processes);"
-            f" log {work}/ginkgo.log"
+            f"running the e2e suite ({selection}) with {args.peer} on {args.nodes} node(s)"
+            f" ({args.procs} processes); log {work}/ginkgo.log"
         )
         started = time.monotonic()
         with (work / "ginkgo.log").open("w") as log:
             done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
         seconds = time.monotonic() - started
-    if args.peer == "kubelet":
-        harness_up.write_state(directory, state)
     junit = work / "junit_01.xml"
-    selected = dry_run(built.e2e_test, focus=focus, work=work / "dry-run", env=env)
+    selected = dry_run(
+        built.e2e_test, focus=focus, work=work / "dry-run", env=env, skip=skip, labels=labels
+    )
     if not junit.is_file():
         print("\n".join((work / "ginkgo.log").read_text().splitlines()[-40:]))
         raise SystemExit(f"ginkgo exited {done.returncode} without a JUnit report")
@@ -294,9 +392,10 @@ def run(args: argparse.Namespace) -> int:
         procs=args.procs,
         results=tuple(results),
         note=args.note,
+        nodes=args.nodes,
     )
     docs = REPO / "docs"
-    report.save_run(docs / "conformance" / f"{args.peer}.json", record)
+    report.save_run(saved_run_path(docs, column, selection), record)
     report.main([str(docs)])
     say(f"wrote {docs / 'conformance.md'}")
     return 0
@@ -317,9 +416,19 @@ def main(argv: list[str]) -> int:
     )
     r.add_argument("--focus", default="", help="a narrower ginkgo focus (docs are not written)")
     r.add_argument("--ci", action="store_true", help="only the specs of ci-specs.txt")
+    r.add_argument(
+        "--selection",
+        choices=(*SELECTIONS, "all"),
+        default="all",
+        help="node: [NodeConformance] and sig-network; storage: the CSI hostpath and in-tree "
+        "local/hostPath drivers' [sig-storage] specs; all: both, one after the other",
+    )
     r.add_argument("--no-docs", action="store_true")
     r.add_argument("--timeout", default=SUITE_TIMEOUT, help="ginkgo --timeout for the run")
     r.add_argument("--note", default="", help="a note for the report (e.g. 'machine shared')")
+    r.add_argument(
+        "--nodes", type=int, default=1, help="N > 1: a cluster of N nodes of the run's own"
+    )
     args = parser.parse_args(argv)
     if args.command == "build":
         suite.ensure_suite()

@@ -24,11 +24,17 @@ from typing import Any
 import yaml
 from harness import node_up, processes
 from harness.build import ensure_built
+from harness.containerd import unmount_and_remove
 from harness.controlplane import ControlPlane
 from harness.hoststate import HostState
 from harness.versions import load_versions
 
 READY_TIMEOUT = 120.0
+# The kubelet's --root-dir: short, as /var/lib/kubelet is. Plugin registration sockets live in
+# <root>/plugins_registry/<driver>-reg.sock, and a unix socket path has at most 107 bytes: under
+# the run's report directory (~/.cache/nodeagent/conformance/kubelet-storage/kubelet-root) the
+# e2e suite's per-test driver names overflowed it, and the kubelet's dial failed with EINVAL.
+KUBELET_ROOT = Path("/var/lib/nodeagent-conformance-kubelet")
 
 
 def say(message: str) -> None:
@@ -116,7 +122,8 @@ def kubelet_node(
     node_up.stop(state["node"])
     remove_sandboxes(socket)
     before = HostState.snapshot()
-    root = work / "kubelet-root"
+    root = KUBELET_ROOT
+    unmount_and_remove(root)  # a run that was killed may have left it
     root.mkdir(parents=True, exist_ok=True)
     node_up.route_services_locally(load_versions().service_cidr)
     kubeconfig = plane.node_kubeconfig(name)
@@ -155,7 +162,7 @@ def kubelet_node(
         approve_serving_csr(
             plane, name, kubelet, issued=root / "pki" / "kubelet-server-current.pem"
         )
-        _wait_ready(plane, name, kubelet)
+        wait_ready(plane, name, kubelet)
         yield name
     finally:
         for proc in reversed(started):
@@ -163,6 +170,8 @@ def kubelet_node(
         remove_sandboxes(socket)
         with contextlib.suppress(subprocess.CalledProcessError):
             subprocess.run(["umount", "-l", str(root)], capture_output=True, check=False)
+        with contextlib.suppress(RuntimeError):
+            unmount_and_remove(root)  # (never through a mount: it refuses while one is left)
         before.restore()
         say("reference kubelet and kube-proxy stopped; starting nodeagent again")
         endpoint = f"unix://{socket}"
@@ -194,7 +203,7 @@ def approve_serving_csr(
         time.sleep(1)
 
 
-def _wait_ready(plane: ControlPlane, name: str, proc: processes.Proc) -> None:
+def wait_ready(plane: ControlPlane, name: str, proc: processes.Proc) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         got = plane.kubectl("get", "node", name, "-o", "json", check=False)

@@ -1,4 +1,5 @@
-"""``python -m harness build|up|down``: the entry behind `make binaries`, `make up`, `make down`."""
+"""``python -m harness build|csi-build|up|down``: the entry behind `make binaries`, `make csi`,
+`make up`, `make down`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m harness build [--peers] | up [--nodes N] | down | join-command"
+    usage = (
+        "usage: python -m harness build [--peers] | csi-build | up [--nodes N] | down"
+        " | join-command"
+    )
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0 if argv else 2
@@ -15,6 +19,10 @@ def main(argv: list[str]) -> int:
         from harness import build
 
         return build.main(rest)
+    if command == "csi-build":
+        from harness import csi_build
+
+        return csi_build.main(rest)
     if command in {"up", "down", "join-command"}:
         from harness import up
 

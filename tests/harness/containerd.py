@@ -109,6 +109,16 @@ class Containerd:
         args = ("images", "import", "--snapshotter", self.snapshotter, str(tarball))
         self.ctr(*args, namespace=namespace)
 
+    def remove_images_from(self, host: str, *, namespace: str = "k8s.io") -> list[str]:
+        """Remove the image names (tags and digests) of registry `host` that pulls left, so
+        a test leaves the session's containerd with the names it found (an image that also
+        has other names keeps them and its content). Returns the names removed."""
+        listed = self.ctr("images", "ls", "-q", namespace=namespace).stdout.split()
+        names = [name for name in listed if name.startswith(f"{host}/")]
+        if names:
+            self.ctr("images", "rm", *names, namespace=namespace)
+        return names
+
     def trust_plain_http(self, host: str) -> None:
         """Let pulls from `host` (e.g. 127.0.0.1:5000) use plain HTTP (read on every pull)."""
         write_hosts_toml(self.hosts_dir, host)

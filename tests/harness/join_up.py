@@ -64,7 +64,7 @@ def join_and_start(
     )
     if done.returncode != 0:
         raise JoinFailed(f"nodeagent join for {node_name} failed:\n{done.stdout}{done.stderr}")
-    flags = _flags_from(config)
+    flags = join_flags(config)
     proc = processes.start(
         name=f"nodeagent-{node_name}",
         argv=[*wrap, *agent, "run", "--config", str(config), *flags],
@@ -74,7 +74,8 @@ def join_and_start(
     return proc, done.stdout
 
 
-def _flags_from(config: Path) -> tuple[str, ...]:
-    """The agent flags join wrote into ``<rootDir>/join-flags.env`` for this config."""
+def join_flags(config: Path) -> tuple[str, ...]:
+    """The agent flags join wrote into ``<rootDir>/join-flags.env`` for this config (what
+    nodeagent.service passes as ``$NODEAGENT_JOIN_ARGS``); a restart of the agent uses them."""
     root = (yaml.safe_load(config.read_text()).get("node") or {}).get("rootDir") or DEFAULT_ROOT
     return read_flags_env(Path(root) / FLAGS_FILE)

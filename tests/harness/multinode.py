@@ -1,7 +1,9 @@
 """A multi-node cluster on one machine: the control plane on the host and N nodeagent nodes, each
 a network namespace (`nodenet`) and mount namespace (`nodemount`) of its own with its own
-containerd, root dir, cgroup root, node IP and podCIDR. Used by `make up NODES=N` and by the
-multi-node tests; the reusable API for later work (cross-node Services, conformance on N nodes).
+containerd, root dir, cgroup root, node IP and podCIDR, each joined with one printed join
+command (`nodeagent join` run inside the node, then the agent with the flags it wrote). Used by
+`make up NODES=N` and by the multi-node tests; the reusable API for later work (cross-node
+Services, conformance on N nodes).
 
     cluster = add_nodes(plane, index=k, count=3, directory=d, registry_host=reg.host)
     cluster.nodes[0].ip, .netns, .run("ip", "route"), .agent_pid
@@ -13,9 +15,10 @@ Layout of node `i` (1-based) of cluster `k` (0 = `make up`, tests lease others):
 
     name node-<i>, IP 198.18.<16+k>.1<i>, netns na-m<k>-n<i>, cgroup root /na-m<k>-n<i>
     <directory>/node-<i>/containerd/   its containerd (socket c.sock, root, state)
-    <directory>/node-<i>/root/         the agent's root dir (credentials, pods, ...)
+    <directory>/node-<i>/root/         the agent's root dir (join-flags.env, the bootstrap
+                                       kubeconfig, then TLS bootstrap's kubeconfig and pki/)
     <directory>/node-<i>/fs/...        its /etc/cni/net.d, /opt/cni/bin, /run/flannel, ...
-    <directory>/node-<i>/config.yaml   the agent's config; logs in <directory>/logs/
+    <directory>/node-<i>/config.yaml   the agent's config; logs (agent, join) in <directory>/logs/
 
 Each node runs the pause and busybox images imported at start and pulls everything else from the
 registry (which listens on 198.18.0.1, reachable from every node) through containerd's mirrors.
@@ -166,7 +169,8 @@ class Cluster:
         return self.directory / "logs"
 
     def start_agent(self, node: Node) -> None:
-        """Start the node's agent with the config and credentials it already has."""
+        """Start the node's agent with the config, the join's flags and the credentials it
+        already has (its client certificate from TLS bootstrap)."""
         argv = node_up.agent_argv(node.config, enter=node.enter())
         proc = processes.start(
             name=f"nodeagent-{node.name}", argv=argv, log=node.agent_log, detached=self.detached
@@ -276,8 +280,10 @@ def add_nodes(
     )
     try:
         nodenet.add_cluster(index)
+        # One printed join command for every node, as an operator copies kubeadm's to each.
+        join_command = plane.join_command()
         for i in range(1, count + 1):
-            node = _make_node(cluster, i, images)
+            node = _make_node(cluster, i, images, join_command=join_command)
             write_state(cluster)
             if say:
                 say(f"node {node.name} joined: IP {node.ip}, netns {node.netns}")
@@ -305,7 +311,7 @@ def _pid() -> int:
     return os.getpid()
 
 
-def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path]) -> Node:
+def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path], *, join_command: str) -> Node:
     addr = nodenet.NodeAddr(cluster.index, i)
     node = Node(
         name=f"node-{i}", addr=addr, dir=cluster.directory / f"node-{i}", log_dir=cluster.log_dir
@@ -325,6 +331,7 @@ def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path]) -> Node:
     cluster.start_runtime(node, images)
     node.agent = node_up.join_node(
         cluster.plane,
+        join_command=join_command,
         name=node.name,
         node_ip=node.ip,
         enter=node.enter(),

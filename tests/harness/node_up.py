@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import processes
+from harness import join_up, processes
 from harness.controlplane import ControlPlane
 from harness.versions import load_versions
 
@@ -199,36 +199,45 @@ def stop(record: dict[str, Any] | None) -> None:
 def node_config(
     *,
     directory: Path,
-    name: str,
-    node_ip: str,
-    kubeconfig: Path,
-    bootstrap_kubeconfig: Path | None,
     runtime_endpoint: str,
     cgroup_root: str,
     client_ca: Path,
 ) -> Path:
-    """The config of a node of a multi-node cluster (`harness.multinode`): its own name, IP,
-    root dir and cgroup root, TLS bootstrap from `bootstrap_kubeconfig` when its `kubeconfig`
-    does not exist yet."""
+    """The config of a node of a multi-node cluster (`harness.multinode`) before it joins: its
+    root dir, runtime and cgroup root, and where TLS bootstrap will put its kubeconfig. The
+    node's name and IP are not in it: `nodeagent join --node-name/--node-ip` writes them into
+    the flags file (`join_flags`), as a kubeadm node's flags go to kubeadm-flags.env."""
     path = _config(
-        directory, kubeconfig=kubeconfig, runtime_endpoint=runtime_endpoint, client_ca=client_ca
+        directory,
+        kubeconfig=directory / "root" / "kubeconfig",
+        runtime_endpoint=runtime_endpoint,
+        client_ca=client_ca,
     )
     config = yaml.safe_load(path.read_text())
-    config["node"].update(hostnameOverride=name, nodeIP=node_ip)
-    if bootstrap_kubeconfig is not None:
-        config["node"]["bootstrapKubeconfig"] = str(bootstrap_kubeconfig)
     config["kubelet"]["cgroupRoot"] = cgroup_root
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
 def agent_argv(config: Path, *, enter: list[str]) -> list[str]:
-    return [*enter, sys.executable, "-m", "nodeagent", "run", "--config", str(config)]
+    """The joined agent's command line: its config and the flags `nodeagent join` wrote (what
+    nodeagent.service runs, `$NODEAGENT_JOIN_ARGS` from the flags file)."""
+    return [
+        *enter,
+        sys.executable,
+        "-m",
+        "nodeagent",
+        "run",
+        "--config",
+        str(config),
+        *join_up.join_flags(config),
+    ]
 
 
 def join_node(
     plane: ControlPlane,
     *,
+    join_command: str,
     name: str,
     node_ip: str,
     enter: list[str],
@@ -238,29 +247,37 @@ def join_node(
     log: Path,
     detached: bool,
 ) -> processes.Proc:
-    """Start nodeagent as node `name` of `plane`'s cluster and wait until its Node exists.
+    """Join node `name` to `plane`'s cluster with `join_command` (the printed `nodeagent join`
+    line: a bootstrap token and the CA's hash, nothing else) run inside the node (`enter`),
+    start its agent there and wait until its Node exists, then approve its serving certificate
+    (no controller approves kubelet-serving CSRs; kubeadm leaves that to the operator too).
 
-    It joins the way `make up`'s node authenticates today: a bootstrap token in a bootstrap
-    kubeconfig, TLS bootstrap to a client certificate (auto-approved), then the serving
-    certificate approved here. `nodeagent join` (token + discovery hash, cluster-info checked)
-    will take this function's place; everything else of the node stays as it is.
+    `nodeagent join` verifies cluster-info, writes the bootstrap kubeconfig and the flags file;
+    the agent does TLS bootstrap (its client CSR is auto-approved by the controller-manager).
+    Its output goes to `<log dir>/join-<name>.log`.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    token = plane.bootstrap_token()
-    bootstrap = kubeconfig_with_token(plane, token, directory / "bootstrap.conf")
     config = node_config(
         directory=directory,
-        name=name,
-        node_ip=node_ip,
-        kubeconfig=directory / "root" / "kubeconfig",
-        bootstrap_kubeconfig=bootstrap,
         runtime_endpoint=runtime_endpoint,
         cgroup_root=cgroup_root,
         client_ca=plane.ca_path,
     )
-    proc = processes.start(
-        name=f"nodeagent-{name}", argv=agent_argv(config, enter=enter), log=log, detached=detached
-    )
+    join_log = log.with_name(f"join-{name}.log")
+    try:
+        proc, joined = join_up.join_and_start(
+            join_command,
+            config=config,
+            node_name=name,
+            node_ip=node_ip,
+            log=log,
+            wrap=enter,
+            detached=detached,
+        )
+    except join_up.JoinFailed as e:
+        join_log.write_text(f"{e}\n")
+        raise
+    join_log.write_text(joined)
     deadline = time.monotonic() + REGISTER_TIMEOUT
     while plane.kubectl("get", "node", name, check=False).returncode != 0:
         if not proc.alive() or time.monotonic() > deadline:
@@ -269,12 +286,3 @@ def join_node(
         time.sleep(0.5)
     approve_serving_csr(plane, name, proc, issued=directory / "root" / "pki" / SERVING_PAIR)
     return proc
-
-
-def kubeconfig_with_token(plane: ControlPlane, token: str, path: Path) -> Path:
-    from harness import kubeconfig
-
-    config = kubeconfig.render(
-        server=plane.server, ca=plane.ca_path, user="kubelet-bootstrap", token=token
-    )
-    return kubeconfig.write(path, config)

@@ -133,16 +133,17 @@ def _start(mods: dict[str, Any], *, directory: Path, holder: int) -> dict[str, A
             f"{registry.host} only; pushed {', '.join(stock)}"
         )
     except BaseException:
-        stop(record)
+        stop(record, mods=mods)
         raise
     return record
 
 
-def stop(record: dict[str, Any] | None) -> None:
-    """Undo what `ensure` recorded, newest first. Safe on partial records."""
+def stop(record: dict[str, Any] | None, *, mods: dict[str, Any] | None = None) -> None:
+    """Undo what `ensure` recorded, newest first. Safe on partial records. (`mods`: the
+    harness modules, imported when not given.)"""
     if not record:
         return
-    mods = _modules()
+    mods = mods or _modules()
     if mods is None:
         return
     if "containerd_pid" in record or Path(record["containerd_dir"]).exists():

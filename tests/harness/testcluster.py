@@ -7,9 +7,9 @@
 Its own control plane (the apiserver on 198.18.0.1 like every harness control plane), its own
 registry on 198.18.0.1 with pause, busybox and flannel's images, a cluster index leased from
 `nodenet` (addresses 198.18.<16+k>.0/24, never `make up`'s k = 0), N nodes joined by
-`node_up.join_node`, flannel rolled out and every Node Ready. Everything it started is stopped
-and removed when the block ends, whatever happened inside it; a killed session's leftovers are
-removed by the next session that leases the same index.
+`nodeagent join` (`node_up.join_node`), flannel rolled out and every Node Ready. Everything it
+started is stopped and removed when the block ends, whatever happened inside it; a killed
+session's leftovers are removed by the next session that leases the same index.
 """
 
 from __future__ import annotations

@@ -22,7 +22,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import coredns, join_up, metrics_server, node_up, runtime_up, up_multinode
+from harness import (
+    coredns,
+    csi_hostpath,
+    join_up,
+    metrics_server,
+    node_up,
+    runtime_up,
+    up_multinode,
+)
 from harness.build import Binaries, ensure_built
 from harness.containerd import unmount_and_remove
 from harness.controlplane import (
@@ -43,7 +51,8 @@ NODE_NOTE = (
     "this host and from pods); `kubectl exec/attach/port-forward/cp` reach it on :10250 (its "
     "serving certificate signed by the cluster CA). Stock image names (busybox, "
     "registry.k8s.io/..., quay.io/..., gcr.io/...) are pulled from the local registry through "
-    "containerd's mirrors, never the internet; cluster DNS is CoreDNS (kube-system/kube-dns)"
+    "containerd's mirrors, never the internet; cluster DNS is CoreDNS (kube-system/kube-dns); "
+    "claims are provisioned by the CSI hostpath driver (default StorageClass csi-hostpath-sc)"
 )
 
 
@@ -170,6 +179,13 @@ def up(nodes: int = 1) -> int:
             )
         if "registry" in runtime:
             coredns.up(plane, registry_host=runtime["registry"], work_dir=directory / "coredns")
+            csi_hostpath.up(
+                plane,
+                registry_host=runtime["registry"],
+                work_dir=directory / "csi-hostpath",
+                root_dir=csi_hostpath.node_root_dir(Path(state["node"]["config"])),
+                node=state["node"]["name"],
+            )
     say(NODE_NOTE)
     join_up.print_join_command(plane)
     print(f"export KUBECONFIG={plane.admin_kubeconfig}")

@@ -1,6 +1,6 @@
 """`make up NODES=N` (N >= 2): the control plane of `make up`, a registry on 198.18.0.1 and N
-nodeagent nodes in namespaces of their own (`harness.multinode`), joined over TLS bootstrap,
-with flannel as the pod network and CoreDNS as the cluster DNS.
+nodeagent nodes in namespaces of their own (`harness.multinode`), each joined with the printed
+join command (`nodeagent join`), flannel as the pod network and CoreDNS as the cluster DNS.
 
 `start` returns the JSON-able state `up.py` keeps in ``state.json``; `stop` undoes it from that
 state alone (`make down`, or the next `up` finding a broken cluster). The nodes are described in

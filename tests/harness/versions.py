@@ -21,6 +21,10 @@ class Versions:
     cluster_domain: str
     metrics_server: str = ""
     coredns: str = ""
+    csi_provisioner: str = ""
+    csi_attacher: str = ""
+    csi_resizer: str = ""
+    csi_snapshotter: str = ""
     flannel: str = ""
     flannel_cni_plugin: str = ""
     cni_plugins: str = ""
@@ -53,6 +57,10 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         cluster_domain=env["CLUSTER_DOMAIN"],
         metrics_server=env.get("METRICS_SERVER_VERSION", ""),
         coredns=env.get("COREDNS_VERSION", ""),
+        csi_provisioner=env.get("CSI_PROVISIONER_VERSION", ""),
+        csi_attacher=env.get("CSI_ATTACHER_VERSION", ""),
+        csi_resizer=env.get("CSI_RESIZER_VERSION", ""),
+        csi_snapshotter=env.get("CSI_SNAPSHOTTER_VERSION", ""),
         flannel=env.get("FLANNEL_VERSION", ""),
         flannel_cni_plugin=env.get("FLANNEL_CNI_PLUGIN_VERSION", ""),
         cni_plugins=env.get("CNI_PLUGINS_VERSION", ""),

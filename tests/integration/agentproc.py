@@ -105,7 +105,13 @@ class AgentNode:
 
 
 def agent_config(
-    *, name: str, kubeconfig: Path, endpoint: str, cgroup_root: str, tmp_path: Path
+    *,
+    name: str,
+    kubeconfig: Path,
+    endpoint: str,
+    cgroup_root: str,
+    tmp_path: Path,
+    root_dir: Path | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "nodeagent.io/v1alpha1",
@@ -113,7 +119,7 @@ def agent_config(
         "node": {
             "kubeconfig": str(kubeconfig),
             "hostnameOverride": name,
-            "rootDir": str(tmp_path / "root"),
+            "rootDir": str(root_dir or tmp_path / "root"),
         },
         "kubelet": {
             "containerRuntimeEndpoint": endpoint,
@@ -361,6 +367,7 @@ async def agent_node(
     *,
     with_proxy: bool = False,
     host_proxy: bool = False,
+    root_dir: Path | None = None,
 ) -> AsyncIterator[AgentNode]:
     """``with_proxy``: every manager on, as ``make up`` runs it, the agent in a network
     namespace of the test's own (``node.netns``, node IP ``netns.NODE_IP``, the apiserver
@@ -381,6 +388,7 @@ async def agent_node(
         endpoint=endpoint,
         cgroup_root=cgroup_root,
         tmp_path=tmp_path,
+        root_dir=root_dir,
     )
     async with contextlib.AsyncExitStack() as stack:
         ns = None

@@ -10,9 +10,12 @@ naming the mismatch, and no file exists afterwards.
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,28 @@ def write_config(tmp_path: Path, *, runtime_endpoint: str = "") -> Path:
         )
     )
     return config
+
+
+def node_api_get(control_plane: ControlPlane, config: Path, path: str) -> tuple[int, str] | None:
+    """GET the node's API as the apiserver does, with its kubelet client certificate (the
+    node's self-signed serving certificate is not checked: this test did not ask for one);
+    None while nothing listens yet."""
+    port = yaml.safe_load(config.read_text())["kubelet"]["port"]
+    client = control_plane.pki.apiserver_kubelet_client
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(client.cert, client.key)
+    url = f"https://127.0.0.1:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, ConnectionRefusedError):
+            return None
+        raise
 
 
 def join(config: Path, *argv: str, node: str) -> subprocess.CompletedProcess[str]:
@@ -102,8 +127,14 @@ def test_the_printed_join_command_joins_a_node_that_becomes_ready(
 
     flags = read_flags_env(tmp_path / "root" / "join-flags.env")
     boot = tmp_path / "etc" / "bootstrap-kubeconfig"
-    assert flags == (f"--bootstrap-kubeconfig={boot}", f"--hostname-override={name}")
+    ca = tmp_path / "root" / "pki" / "ca.crt"
+    assert flags == (
+        f"--bootstrap-kubeconfig={boot}",
+        f"--client-ca-file={ca}",
+        f"--hostname-override={name}",
+    )
     assert boot.stat().st_mode & 0o777 == 0o600
+    assert ca.read_bytes() == control_plane.ca_path.read_bytes()
     try:
         deadline = time.monotonic() + 90
         while ready(control_plane, name).get("status") != "True":
@@ -111,6 +142,15 @@ def test_the_printed_join_command_joins_a_node_that_becomes_ready(
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(1)
         csrs = control_plane.get_json("csr")["items"]
+        # The apiserver's kubelet client certificate (what logs, exec and port-forward use)
+        # is accepted: the agent verifies it against the CA join wrote.
+        deadline = time.monotonic() + 60
+        while (answer := node_api_get(control_plane, config, "/pods")) is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        status, body = answer
+        assert status == 200, body[:500]
+        assert json.loads(body)["kind"] == "PodList"
     finally:
         proc.stop(timeout=20)
         control_plane.kubectl("delete", "node", name, "--ignore-not-found", check=False)

@@ -53,9 +53,11 @@ def private(containerd: RuntimeEnv, images: dict[str, BuiltImage]) -> Iterator[R
     try:
         push_image(reg.host, images["busybox"].layout, "private/busybox:1", login=LOGIN)
         push_image(reg.host, images["busybox"].layout, "plugin/busybox:1", login=LOGIN)
+        push_image(reg.host, images["busybox"].layout, "node/busybox:1", login=LOGIN)
         write_hosts_toml(containerd.containerd.base_dir / "certs.d", reg.host)
         yield reg
     finally:
+        containerd.containerd.remove_images_from(reg.host)
         reg.stop()
 
 
@@ -198,6 +200,44 @@ async def test_pull_secrets_admit_the_right_pods_and_the_records_survive_a_resta
         text = agent_log.getvalue()
         assert "Pulling image" in text or "Started container" in text  # the log is captured
         assert_no_secret(text)
+
+
+async def test_the_nodes_own_config_json_logs_in_for_every_pod(
+    containerd: RuntimeEnv, private: Registry, tmp_path: Path
+) -> None:
+    """The kubelet's node keyring: ``config.json`` in the root dir; the image it pulled serves
+    every pod of the node (``nodePodsAccessible``)."""
+    image = private.image("node/busybox:1")
+    root = tmp_path / "root"
+    root.mkdir()
+    auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    (root / "config.json").write_text(json.dumps({"auths": {private.host: {"auth": auth}}}))
+    with agent_log_at_v10() as agent_log:
+        async with node_with_events(containerd, tmp_path) as node:
+            pull_pod(node, "node-login", image, policy="Always")
+            await until(
+                "node-login running",
+                lambda: phase(node.pod("node-login")) == "Running",
+                within=90,
+                explain=lambda: waiting(node, "node-login"),
+            )
+            pull_pod(node, "any-pod", image)
+            await until(
+                "any-pod running",
+                lambda: phase(node.pod("any-pod")) == "Running",
+                within=60,
+                explain=lambda: waiting(node, "any-pod"),
+            )
+            assert (
+                "Pulled",
+                f'Container image "{image}" already present on machine and can be accessed '
+                "by the pod",
+            ) in reasons(node, "any-pod")
+            assert_no_secret(agent_log.getvalue(), node)
+    docs = [json.loads(p.read_text()) for p in (root / "image_manager" / "pulled").iterdir()]
+    mapping = {k: v for d in docs for k, v in (d.get("credentialMapping") or {}).items()}
+    assert mapping[f"{private.host}/node/busybox"] == {"nodePodsAccessible": True}
+    assert "found valid config.json" in agent_log.getvalue()
 
 
 PLUGIN = """#!/usr/bin/env python3

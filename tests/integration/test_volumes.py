@@ -3,7 +3,8 @@
 The pod managers run as ``agent.build`` wires them (``podnode.running_node``) with the
 in-memory API: an emptyDir shared by two containers, ``medium: Memory`` as a sized tmpfs, a
 hostPath file, ``fsGroup`` ownership, a subPath escape refused with the kubelet's message, a
-PVC pod waiting with its ``FailedMount`` Event; after the pod is deleted its directory and
+pod waiting on a claim that does not exist (no Event, as the kubelet) and an unsupported
+source (its ``FailedMount`` Event); after the pod is deleted its directory and
 every mount are gone, and a directory a stopped agent left behind is cleaned up when the agent
 starts again — also for the real ``nodeagent run`` process killed with SIGKILL mid-setup on
 the real control plane.
@@ -51,6 +52,13 @@ def mounts_below(path: Path) -> list[str]:
     base = str(path.resolve())
     points = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
     return [p for p in points if p == base or p.startswith(base + "/")]
+
+
+def mounts_inside(root: Path) -> list[str]:
+    """The mounts below the agent's root dir, the root's own one aside (the agent makes the
+    root a shared mount of its own when it is not, as the kubelet does)."""
+    base = str(root.resolve())
+    return [p for p in mounts_below(root) if p != base]
 
 
 @contextlib.contextmanager
@@ -257,7 +265,7 @@ async def test_sub_path_escape_is_refused_with_the_kubelet_message(
             assert mounts_below(pod_dir) == []
 
 
-async def test_pvc_pod_waits_in_container_creating_with_a_failed_mount_event(
+async def test_unbound_claims_and_unsupported_sources_keep_the_pod_in_container_creating(
     containerd: RuntimeEnv, tmp_path: Path
 ) -> None:
     events = Events()
@@ -265,7 +273,10 @@ async def test_pvc_pod_waits_in_container_creating_with_a_failed_mount_event(
         async with running_node(containerd, tmp_path, events=events) as node:
             uid = node.create(
                 "claim",
-                volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                volumes=[
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "share", "nfs": {"server": "nfs.example", "path": "/"}},
+                ],
                 containers=[
                     container(
                         "app",
@@ -276,8 +287,8 @@ async def test_pvc_pod_waits_in_container_creating_with_a_failed_mount_event(
                 ],
             )
             message = (
-                'MountVolume.SetUp failed for volume "data" : volume source '
-                '"persistentVolumeClaim" is not supported on this node'
+                'MountVolume.SetUp failed for volume "share" : volume source "nfs" is not '
+                "supported on this node"
             )
             await until(
                 "the FailedMount Event",
@@ -288,6 +299,8 @@ async def test_pvc_pod_waits_in_container_creating_with_a_failed_mount_event(
             assert app["state"]["waiting"]["reason"] == "ContainerCreating"
             assert phase(node.pod("claim")) == "Pending"
             assert await node.runtime_sandboxes(uid) == []
+            # a claim that does not exist yet: the kubelet logs it and posts no Event
+            assert not any("data" in seen[3] for seen in events.seen), events.seen
 
 
 async def test_pod_directory_left_by_a_stopped_agent_is_cleaned_when_it_starts_again(
@@ -378,7 +391,7 @@ async def test_agent_killed_mid_setup_leaves_nothing_once_it_restarts(
             await until(
                 "the pod directory removed", lambda: not pod_dir.exists(), within=30, every=0.5
             )
-            assert mounts_below(tmp_path / "root") == []
+            assert mounts_inside(tmp_path / "root") == []
             assert "Traceback" not in node.log_text(), node.log_tail()
 
 

@@ -10,6 +10,12 @@ from typing import Any
 from harness.controlplane import ControlPlane
 
 WEB = "echo $(hostname) > /tmp/index.html; exec httpd -f -p 8080 -h /tmp"
+# The same server plus /cgi-bin/who: "<hostname> <client address>" as the server sees the client.
+WHO = (
+    "mkdir -p /tmp/cgi-bin"
+    " && printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\necho \"$(hostname)"
+    " $REMOTE_ADDR\"\\n' > /tmp/cgi-bin/who && chmod +x /tmp/cgi-bin/who && " + WEB
+)
 
 
 def wait(what: str, check: Callable[[], Any], *, within: float, every: float = 1.0) -> Any:
@@ -23,7 +29,7 @@ def wait(what: str, check: Callable[[], Any], *, within: float, every: float = 1
         time.sleep(every)
 
 
-def web_pod_spec(**extra: Any) -> dict[str, Any]:
+def web_pod_spec(*, script: str = WEB, **extra: Any) -> dict[str, Any]:
     return {
         "terminationGracePeriodSeconds": 1,
         "containers": [
@@ -31,7 +37,7 @@ def web_pod_spec(**extra: Any) -> dict[str, Any]:
                 "name": "web",
                 "image": "busybox",
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", WEB],
+                "command": ["sh", "-c", script],
                 "ports": [{"containerPort": 8080}],
                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
             }
@@ -86,6 +92,17 @@ def fetch(plane: ControlPlane, namespace: str, pod: str, url: str) -> str | None
         check=False,
     )  # fmt: skip
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def attempt(
+    plane: ControlPlane, namespace: str, pod: str, url: str, *, seconds: int = 3
+) -> tuple[int, str, str]:
+    """GET `url` from inside `pod` with busybox wget: (exit status, body, error text)."""
+    done = plane.kubectl(
+        "exec", "-n", namespace, pod, "--", "timeout", str(seconds), "wget", "-q", "-O", "-",
+        url, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout.strip(), done.stderr.strip()
 
 
 def apply(plane: ControlPlane, *objects: dict[str, Any]) -> None:

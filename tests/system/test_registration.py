@@ -186,8 +186,12 @@ def test_the_joined_node_becomes_ready_with_its_own_certificate(
     flags = vm.check("cat /var/lib/nodeagent/join-flags.env")
     assert (
         'NODEAGENT_JOIN_ARGS="--bootstrap-kubeconfig=/etc/nodeagent/bootstrap-kubeconfig'
+        " --client-ca-file=/var/lib/nodeagent/pki/ca.crt"
         f' --hostname-override={NODE} --node-ip={GUEST_IP}"'
     ) in flags
+    # The CA the join verified is the one the node's server trusts for client certificates.
+    ca_pem = control_plane.ca_path.read_text()
+    assert vm.check("cat /var/lib/nodeagent/pki/ca.crt").strip() == ca_pem.strip(), "pki/ca.crt"
 
 
 REFUSED_DIR = "/root/join-refused"

@@ -90,7 +90,7 @@ def test_a_service_created_in_the_cluster_is_reachable_through_its_cluster_ip_in
     node_kubeconfig: dict[str, Any],  # noqa: F811 - the fixture imported above
     backend: str,
 ) -> None:
-    _provision_node(vm, nodeagent_deb)
+    _provision_node(vm, nodeagent_deb, control_plane)
     namespace = f"svc-{secrets.token_hex(3)}"
     control_plane.kubectl("create", "namespace", namespace)
     try:

@@ -4,6 +4,7 @@ Every expected string below was printed by Go 1.26.8 (Unicode 15.0.0), the toolc
 on the development machine: a throwaway program (not in the repository) called
 ``strconv.Quote`` and ``fmt.Sprintf("%q"/"%v", []string{...})`` on each input,
 ``time.Duration.String()`` and ``d.Truncate(time.Millisecond).String()`` on each duration, and
+``time.ParseDuration`` on each duration text (the value in nanoseconds, or the error),
 ``t.UTC().Format`` with ``time.RFC3339``, ``"2006-01-02T15:04:05.000000Z07:00"``
 (``metav1.RFC3339Micro``) and ``"2006-01-02T15:04:05.000000000Z07:00"`` (cri-client's
 ``logs.RFC3339NanoFixed``) on each time. The outputs were pasted in unchanged.
@@ -129,6 +130,58 @@ TIMES = [
 ]
 
 
+PARSED_DURATIONS: list[tuple[str, int | str]] = [
+    ("0", 0),
+    ("+0", 0),
+    ("-0", 0),
+    ("0s", 0),
+    ("10s", 10000000000),
+    ("1m30s", 90000000000),
+    ("300ms", 300000000),
+    ("1.5h", 5400000000000),
+    ("2h45m", 9900000000000),
+    ("-1.5h", -5400000000000),
+    ("1us", 1000),
+    ("1µs", 1000),
+    ("1μs", 1000),
+    ("42ns", 42),
+    (".5s", 500000000),
+    ("5.s", 5000000000),
+    ("1h1m1s1ms", 3661001000000),
+    ("0.5ns0.5ns", 0),
+    ("1.0000000001s", 1000000000),
+    ("0.1h", 360000000000),
+    ("1.999999999999s", 1999999999),
+    ("2562047h47m16.854775807s", 9223372036854775807),
+    ("2562047h47m16.854775808s", 'time: invalid duration "2562047h47m16.854775808s"'),
+    ("-2562047h47m16.854775808s", -9223372036854775808),
+    ("9223372036854775807ns", 9223372036854775807),
+    ("9223372036854775808ns", 'time: invalid duration "9223372036854775808ns"'),
+    ("-9223372036854775808ns", -9223372036854775808),
+    ("9999999999h", 'time: invalid duration "9999999999h"'),
+    ("", 'time: invalid duration ""'),
+    ("+", 'time: invalid duration "+"'),
+    ("-", 'time: invalid duration "-"'),
+    ("10", 'time: missing unit in duration "10"'),
+    ("10 s", 'time: unknown unit " s" in duration "10 s"'),
+    ("s", 'time: invalid duration "s"'),
+    ("1x", 'time: unknown unit "x" in duration "1x"'),
+    ("1m 30s", 'time: unknown unit "m " in duration "1m 30s"'),
+    (".s", 'time: invalid duration ".s"'),
+    ("1d", 'time: unknown unit "d" in duration "1d"'),
+    ("1ms2", 'time: missing unit in duration "1ms2"'),
+    ("1..5s", 'time: missing unit in duration "1..5s"'),
+    ("\u0661s", 'time: invalid duration "\\xd9\\xa1s"'),
+    ("1és", 'time: unknown unit "\\xc3\\xa9s" in duration "1\\xc3\\xa9s"'),
+    ('1"s', 'time: unknown unit "\\"s" in duration "1\\"s"'),
+    ("1\ts", 'time: unknown unit "\\x09s" in duration "1\\x09s"'),
+    ("12345678901234567890ns", 'time: invalid duration "12345678901234567890ns"'),
+    ("0.00000000000000000000000001h", 0),
+    ("3.000000000000000000000000000000001s", 3000000000),
+    ("1s-1s", 'time: unknown unit "s-" in duration "1s-1s"'),
+]
+
+
 @pytest.mark.parametrize(("text", "expected"), QUOTES)
 def test_quote_matches_strconv_quote(text: str, expected: str) -> None:
     assert gotext.quote(text) == expected
@@ -212,3 +265,26 @@ def test_a_naive_time_is_taken_as_utc() -> None:
 )
 def test_parse_rfc3339_reads_every_form_back(text: object, expected: dt.datetime | None) -> None:
     assert gotext.parse_rfc3339(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), PARSED_DURATIONS)
+def test_parse_duration_matches_time_parse_duration(text: str, expected: int | str) -> None:
+    if isinstance(expected, int):
+        assert gotext.parse_duration(text) == expected
+    else:
+        with pytest.raises(ValueError) as caught:
+            gotext.parse_duration(text)
+        assert str(caught.value) == expected
+
+
+def test_parse_duration_reads_back_what_duration_prints() -> None:
+    for ns in (1, 999, 1_500, 2 * gotext.SECOND + 7, 90 * gotext.SECOND, 3 * gotext.HOUR):
+        assert gotext.parse_duration(gotext.duration(ns)) == ns
+        assert gotext.parse_duration(gotext.duration(-ns)) == -ns
+
+
+def test_out_of_range_durations_say_so_by_their_type() -> None:
+    with pytest.raises(gotext.DurationRangeError):
+        gotext.parse_duration("9999999999h")
+    with pytest.raises(gotext.DurationRangeError):
+        gotext.parse_duration("1" * 10_000 + "s")  # refused without reading a huge number

@@ -17,13 +17,12 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Final
 
+from nodeagent import gotext
 from nodeagent.credentialprovider.dockerconfig import DockerConfigEntry
 from nodeagent.credentialprovider.plugin.types import ProviderConfig
 from nodeagent.errors import AgentError
@@ -33,17 +32,6 @@ MAX_STDOUT: Final = 1 << 20
 MAX_STDERR: Final = 64 << 10
 SHOWN_STDERR: Final = 512
 CACHE_KEY_TYPES: Final = ("Image", "Registry", "Global")
-_DURATION: Final = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS: Final = {
-    "ns": Fraction(1, 10**9),
-    "us": Fraction(1, 10**6),
-    "µs": Fraction(1, 10**6),
-    "μs": Fraction(1, 10**6),
-    "ms": Fraction(1, 1000),
-    "s": Fraction(1),
-    "m": Fraction(60),
-    "h": Fraction(3600),
-}
 
 
 class PluginError(AgentError):
@@ -55,23 +43,6 @@ class PluginResponse:
     cache_key_type: str
     cache_duration: float | None
     auth: Mapping[str, DockerConfigEntry] = field(default_factory=dict, repr=False)
-
-
-def parse_go_duration(text: str) -> float:
-    """A ``metav1.Duration`` text (``10m``, ``1h30m``, ``0s``) in seconds; ValueError else.
-    (This package sits below the configuration, which has the full ``Duration`` type.)"""
-    body, sign = text, 1
-    if body[:1] in ("+", "-"):
-        sign, body = (-1 if body[0] == "-" else 1), body[1:]
-    if body == "0":
-        return 0.0
-    total, pos = Fraction(0), 0
-    while pos < len(body) and (m := _DURATION.match(body, pos)) is not None:
-        total += Fraction(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if not body or pos != len(body):
-        raise ValueError(f"invalid duration {text[:40]!r}")
-    return float(sign * total)
 
 
 def encode_request(
@@ -110,7 +81,11 @@ def decode_response(data: bytes, api_version: str) -> PluginResponse:
         if not isinstance(cache_key_type, str):
             raise ValueError("cacheKeyType")
         raw_duration = doc.get("cacheDuration")
-        duration = None if raw_duration is None else parse_go_duration(str(raw_duration))
+        duration = None
+        if raw_duration is not None:
+            if not isinstance(raw_duration, str):
+                raise ValueError("cacheDuration")
+            duration = gotext.parse_duration(raw_duration) / gotext.SECOND
         auth: dict[str, DockerConfigEntry] = {}
         for match, entry in (doc.get("auth") or {}).items():
             if not isinstance(entry, dict):

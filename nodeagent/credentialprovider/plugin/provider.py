@@ -114,7 +114,7 @@ class PluginProvider:
         self._log = log or get_logger("credentialprovider")
         self._cache: dict[tuple[str, ...], tuple[float, Config]] = {}
         self._inflight: dict[tuple[str, ...], asyncio.Future[PluginResponse]] = {}
-        self._last_purge = monotonic()
+        self._last_purge: float | None = None  # built before the event loop runs
         self.runs = 0
         """How many times the plugin was run (for tests and the metrics)."""
 
@@ -217,6 +217,8 @@ class PluginProvider:
 
     def _cached(self, image: str, sa_key: tuple[str, ...]) -> Config | None:
         now = self._monotonic()
+        if self._last_purge is None:
+            self._last_purge = now
         if now - self._last_purge > CACHE_PURGE_INTERVAL:
             self._cache = {k: v for k, v in self._cache.items() if v[0] >= now}
             self._last_purge = now

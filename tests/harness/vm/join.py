@@ -71,6 +71,9 @@ def join_guest(
     A Node of that name left from an earlier join is deleted first (kubeadm refuses to join
     over a Ready Node of the same name, and an operator re-joining a machine deletes it)."""
     route_apiserver(vm, control_plane)
+    # An agent still running in the guest (an earlier join) would register the Node again
+    # within seconds of its deletion, and the join would find it Ready: stop it first.
+    vm.run("systemctl stop nodeagent.service")
     control_plane.kubectl("delete", "node", node, "--ignore-not-found", check=False)
     command = control_plane.join_command().split()
     assert command[:2] == ["nodeagent", "join"], command

@@ -55,6 +55,7 @@ class Machine:
         cpus: int = 2,
         boot_timeout: float = 300.0,
         extra_disks: tuple[Path, ...] = (),
+        taps: tuple[qemu.TapNic, ...] = (),
     ) -> None:
         self.image = image
         self.run_dir = run_dir
@@ -66,6 +67,7 @@ class Machine:
         self._memory_mb = memory_mb
         self._cpus = cpus
         self._extra_disks = extra_disks
+        self._taps = taps
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel = ControlChannel(socket_path=self.control_socket)
         self._started = 0.0
@@ -96,6 +98,7 @@ class Machine:
             memory_mb=self._memory_mb,
             cpus=self._cpus,
             extra_disks=self._extra_disks,
+            taps=self._taps,
             forwards=(
                 qemu.GuestForward(
                     guest_ip=rootfs.APISERVER_IP,

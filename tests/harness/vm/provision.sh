@@ -6,7 +6,8 @@
 #
 #   provision.sh --deb FILE [--kubeconfig FILE | --join "ENDPOINT --token ... --discovery-..."]
 #                [--config FILE] [--node-name NAME] [--node-ip IP] [--extra-args "FLAGS"]
-#                [--swap-size SIZE] [--apt-update] [--pod-subnet CIDR] [--no-start]
+#                [--swap-size SIZE] [--apt-update] [--pod-subnet CIDR | --no-pod-network]
+#                [--no-start]
 #
 #   --deb          the package to install (apt resolves its dependencies; in the test VM they are
 #                  already in the image, so nothing is downloaded)
@@ -23,11 +24,13 @@
 #   --apt-update   run `apt-get update` first when a dependency of the .deb is missing (a Vagrant
 #                  box with network access); a host that has them all installs offline
 #   --pod-subnet   the bridge pod network written when no CNI config exists (default 10.244.0.0/24)
+#   --no-pod-network  write no pod network: the cluster's CNI DaemonSet (flannel) installs its
+#                  own config and plugin, as on a kubeadm node; until then the node is NotReady
 #   --no-start     install and configure only
 set -euo pipefail
 
 deb="" kubeconfig="" join="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
-apt_update=0 start=1 pod_subnet=10.244.0.0/24
+apt_update=0 start=1 pod_subnet=10.244.0.0/24 pod_network=1
 SWAP_FILE=/swapfile
 ETC=/etc/nodeagent
 DEFAULTS=/etc/default/nodeagent
@@ -48,6 +51,7 @@ while (($#)); do
         --swap-size) swap_size=$2; shift ;;
         --apt-update) apt_update=1 ;;
         --pod-subnet) pod_subnet=$2; shift ;;
+        --no-pod-network) pod_network=0 ;;
         --no-start) start=0 ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -88,11 +92,36 @@ ensure_swap() {
     log "swap: $(swapon --show=NAME,SIZE --noheadings | tr -s ' ' | paste -sd ';')"
 }
 
+# What kubeadm's install guide asks of a node before a CNI DaemonSet runs on it: br_netfilter
+# loaded (flanneld exits with "Failed to check br_netfilter: stat
+# /proc/sys/net/bridge/bridge-nf-call-iptables" without it), bridged traffic through the
+# netfilter hooks, forwarding on. Kept across boots in modules-load.d and sysctl.d.
+ensure_cni_prerequisites() {
+    printf 'br_netfilter\n' >/etc/modules-load.d/nodeagent-cni.conf
+    modprobe br_netfilter
+    printf '%s\n' 'net.bridge.bridge-nf-call-iptables = 1' 'net.ipv4.ip_forward = 1' \
+        >/etc/sysctl.d/90-nodeagent-cni.conf
+    sysctl -q -p /etc/sysctl.d/90-nodeagent-cni.conf
+    log "CNI prerequisites: br_netfilter loaded, bridge-nf-call-iptables and ip_forward on"
+}
+
 # A node needs a pod network for the runtime's NetworkReady; a cluster's CNI plugin normally
 # installs one. Without any, write a plain bridge network (no masquerade) so containerd reports
 # the network ready and pods get addresses.
 ensure_pod_network() {
     local dir=/etc/cni/net.d
+    # containerd looks for plugins in /opt/cni/bin by default (and a CNI DaemonSet installs its
+    # plugin there); Debian installs them in /usr/lib/cni.
+    if [[ ! -e /opt/cni/bin ]]; then
+        install -d /opt/cni
+        ln -s /usr/lib/cni /opt/cni/bin
+    fi
+    if ((!pod_network)); then
+        rm -f "$dir/10-nodeagent-bridge.conflist"
+        ensure_cni_prerequisites
+        log "no pod network written: the cluster's CNI DaemonSet installs one"
+        return 0
+    fi
     if compgen -G "$dir/*.conf*" >/dev/null; then
         log "CNI config present in $dir"
         return 0
@@ -109,11 +138,6 @@ ensure_pod_network() {
   ]
 }
 EOF
-    # containerd looks for plugins in /opt/cni/bin by default; Debian installs them in /usr/lib/cni.
-    if [[ ! -e /opt/cni/bin ]]; then
-        install -d /opt/cni
-        ln -s /usr/lib/cni /opt/cni/bin
-    fi
     if [[ -d /run/systemd/system ]]; then systemctl restart containerd; fi
     log "wrote a bridge CNI network ($pod_subnet) in $dir"
 }
@@ -173,15 +197,21 @@ start_service() {
     log "nodeagent.service is active (MainPID $(systemctl show -p MainPID --value nodeagent))"
 }
 
+# The agent's part of `kubeadm reset`: stop it and drop every credential it had, so the join
+# starts from nothing but the token and the CA hash. Done before the package is installed too:
+# its postinst starts the agent, which with a removed package's leftover credentials would
+# register the Node again, and the join would refuse a Ready Node of its own name.
+reset_agent() {
+    systemctl stop nodeagent 2>/dev/null || true
+    rm -f "$ETC/kubeconfig" "$ETC/bootstrap-kubeconfig" /var/lib/nodeagent/join-flags.env
+    rm -rf /var/lib/nodeagent/pki
+}
+
 join_cluster() {
     ((start)) || return 0
     systemctl daemon-reload
     systemctl enable nodeagent
-    # The agent's part of `kubeadm reset`: stop it and drop every credential it had, so the
-    # join starts from nothing but the token and the CA hash.
-    systemctl stop nodeagent
-    rm -f "$ETC/kubeconfig" "$ETC/bootstrap-kubeconfig" /var/lib/nodeagent/join-flags.env
-    rm -rf /var/lib/nodeagent/pki
+    reset_agent
     local args
     read -r -a args <<<"$join"
     [[ -z $node_name ]] || args+=(--node-name "$node_name")
@@ -208,6 +238,7 @@ join_cluster() {
 check_host
 ensure_swap
 ensure_pod_network
+[[ -z $join ]] || reset_agent
 install_package
 configure
 if [[ -n $join ]]; then join_cluster; else start_service; fi

@@ -6,6 +6,9 @@
 - Network: user mode with ``restrict=on``: the guest reaches nothing on the host or beyond,
   except each explicit ``guestfwd`` (a guest address:port whose connections run a host command,
   :mod:`harness.vm.relay`). There is no host-to-guest forward: control goes over virtio-serial.
+- A guest that is a node of a multi-node test cluster also gets a tap NIC per :class:`TapNic`
+  (the host end made by ``harness.nodenet.add_vm_link``): a routed link to the host as the
+  netns nodes have, the only way its pods reach the other nodes.
 - Control: a virtio-serial port named ``org.nodeagent.ctl`` backed by a host unix socket.
 - Console: the guest's ttyS0 goes to a file.
 """
@@ -32,6 +35,14 @@ class GuestForward:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TapNic:
+    """A second NIC on an existing host tap device (qemu opens it; no up/down scripts)."""
+
+    ifname: str
+    mac: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class QemuSpec:
     disk: Path
     kernel: Path
@@ -45,6 +56,7 @@ class QemuSpec:
     # Raw disks attached after the root disk (/dev/vdb, ...), written in place: the Vagrant box
     # build prepares one from inside the guest.
     extra_disks: tuple[Path, ...] = ()
+    taps: tuple[TapNic, ...] = ()
     binary: str = "qemu-system-x86_64"
 
 
@@ -72,6 +84,15 @@ def _extra_disk_args(disks: tuple[Path, ...]) -> list[str]:
     return args
 
 
+def _tap_args(taps: tuple[TapNic, ...]) -> list[str]:
+    args: list[str] = []
+    for i, tap in enumerate(taps, start=1):
+        name = _no_commas(tap.ifname, "tap device")
+        args += ["-netdev", f"tap,id=tap{i},ifname={name},script=no,downscript=no"]
+        args += ["-device", f"virtio-net-pci,netdev=tap{i},mac={_no_commas(tap.mac, 'MAC')}"]
+    return args
+
+
 def qemu_argv(spec: QemuSpec) -> list[str]:
     disk = _no_commas(str(spec.disk), "disk path")
     sock = _no_commas(str(spec.control_socket), "control socket path")
@@ -90,6 +111,7 @@ def qemu_argv(spec: QemuSpec) -> list[str]:
         "-serial", "chardev:console",
         "-netdev", netdev_option(spec.forwards),
         "-device", "virtio-net-pci,netdev=net0",
+        *_tap_args(spec.taps),
         "-chardev", f"socket,id=ctl,path={sock},server=on,wait=off",
         "-device", "virtio-serial-pci",
         "-device", f"virtserialport,chardev=ctl,name={CONTROL_PORT_NAME}",

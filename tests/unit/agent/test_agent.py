@@ -1,4 +1,4 @@
-"""The composition root: start, READY, ordered stop, crash exit, bounded stop."""
+"""The supervisor: start, READY, ordered stop, crash exit, bounded stop."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import NoReturn
 
 import pytest
 
-from nodeagent.agent import EXIT_CRASHED, EXIT_OK, EXIT_STOP_TIMEOUT, Agent
 from nodeagent.manager import Manager, NullManager
+from nodeagent.supervisor import EXIT_CRASHED, EXIT_OK, EXIT_STOP_TIMEOUT, Agent
 from nodeagent.testing.fake_notifier import RecordingNotifier
 
 

@@ -193,6 +193,8 @@ KUBELET_CONFIGURATION_NAMES = {
     "enforceNodeAllocatable",
     "serializeImagePulls",
     "maxParallelImagePulls",
+    "registryPullQPS",
+    "registryBurst",
     "containerLogMaxSize",
     "containerLogMaxFiles",
     "authentication",

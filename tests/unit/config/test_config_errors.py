@@ -353,6 +353,20 @@ BAD_FILES = [
         "known gates: ExtendWebSocketsToKubelet, GracefulNodeShutdown",
     ),
     (
+        "negative registry pull rate",
+        "kubelet:\n  registryPullQPS: -1\n",
+        "kubelet.registryPullQPS",
+        -1,
+        "must be >= 0",
+    ),
+    (
+        "negative registry burst",
+        "kubelet:\n  registryBurst: -3\n",
+        "kubelet.registryBurst",
+        -3,
+        "must be >= 0",
+    ),
+    (
         "parallel pulls while serialized",
         "kubelet:\n  serializeImagePulls: true\n  maxParallelImagePulls: 5\n",
         "kubelet.maxParallelImagePulls",
@@ -386,6 +400,20 @@ BAD_FILES = [
         "proxy.minSyncPeriod",
         "1m0s",
         "must be <= proxy.syncPeriod (30s)",
+    ),
+    (
+        "an unsupported local traffic detector",
+        "proxy:\n  detectLocalMode: BridgeInterface\n",
+        "proxy.detectLocalMode",
+        "BridgeInterface",
+        "is not one of ClusterCIDR, NodeCIDR",
+    ),
+    (
+        "a health server address without a port",
+        "proxy:\n  healthzBindAddress: 0.0.0.0\n",
+        "proxy.healthzBindAddress",
+        "0.0.0.0",
+        "is not an ip:port",
     ),
     (
         "cluster CIDR typo",

@@ -164,3 +164,11 @@ def test_bad_flag_is_named_by_the_flag(
 def test_flag_and_file_problems_are_reported_together(fail: Fail) -> None:
     err = fail("kubelet:\n  maxPods: 0\n", "--node-ip", "1.2.3")
     assert sorted(e.path for e in err.all) == ["--node-ip", "kubelet.maxPods"]
+
+
+def test_registry_pull_rate_flags_and_defaults(load: Load) -> None:
+    default = load(None).kubelet
+    assert (default.registry_pull_qps, default.registry_burst) == (5, 10)  # the kubelet's
+    cfg = load("kubelet:\n  registryPullQPS: 2\n", "--registry-burst", "4").kubelet
+    assert (cfg.registry_pull_qps, cfg.registry_burst) == (2, 4)
+    assert load(None, "--registry-qps=0").kubelet.registry_pull_qps == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.clock import RealClock
 from nodeagent.credentialprovider import DockerConfigEntry
 from nodeagent.credentialprovider.plugin import PluginProvider, PluginProviders, ProviderConfig
 from nodeagent.credentialprovider.plugin.exec import (
@@ -105,3 +106,41 @@ async def test_answers_are_cached_by_key_type_for_their_duration(tmp_path: Path)
     assert runs == ["r.example.com/a", "r.example.com/b"]
     assert await providers.lookup("other.io/a", None) == []  # not in matchImages
     assert runs == ["r.example.com/a", "r.example.com/b"]
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"),
+    [("1m30s", 90.0), ("0s", 0.0), ("1.5h", 5400.0), ("250ms", 0.25)],
+)
+def test_a_response_cache_duration_is_read_as_go_reads_it(duration: str, seconds: float) -> None:
+    data = json.dumps(
+        {
+            "kind": "CredentialProviderResponse",
+            "apiVersion": V1,
+            "cacheKeyType": "Image",
+            "cacheDuration": duration,
+        }
+    ).encode()
+    assert decode_response(data, V1).cache_duration == seconds
+
+
+@pytest.mark.parametrize("duration", ["1d", 90, "", "5"])
+def test_a_cache_duration_go_would_not_read_is_refused(duration: object) -> None:
+    data = json.dumps(
+        {
+            "kind": "CredentialProviderResponse",
+            "apiVersion": V1,
+            "cacheKeyType": "Image",
+            "cacheDuration": duration,
+            "auth": {"r.example.com": {"username": "u", "password": "hunter2"}},
+        }
+    ).encode()
+    with pytest.raises(PluginError, match="error decoding") as e:
+        decode_response(data, V1)
+    assert "hunter2" not in str(e.value)
+
+
+def test_a_provider_is_built_before_the_event_loop_runs(tmp_path: Path) -> None:
+    """The daemon builds its managers before ``asyncio.run``: a provider on the loop's clock
+    must not read it then (it crashed the daemon whenever a plugin was configured)."""
+    PluginProvider(provider(tmp_path, ""), monotonic=RealClock().monotonic)

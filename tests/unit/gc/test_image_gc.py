@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 
 import pytest
 
@@ -274,3 +275,39 @@ async def test_disk_pressure_reclaim_removes_every_unused_image_old_enough(node:
     second = await gc.delete_unused_images()
     assert second.freed == 18 * MB  # old, older, big; the sandbox image counts as in use
     assert await node.present() == {"app", "pause", "pinned"}
+
+
+async def test_after_each_pass_the_hook_learns_every_image_still_on_the_node(node: Node) -> None:
+    """The pull records' pruning: told the images left (in use and pinned ones too, unlike
+    the kubelet's hook) and the time taken before they were listed; a failed pass too."""
+    calls: list[tuple[set[str], dt.datetime]] = []
+    gc = ImageGC(
+        images=node.runtime,
+        runtime=node.runtime,
+        clock=node.clock,
+        events=node.events,
+        policy=ImageGCPolicy(min_age=0),
+        fs_stats=node.disk,
+        post_gc=[lambda images, until: calls.append((set(images), until))],
+    )
+    await node.run_container("example.com/old:1")
+    ids = {
+        t.rsplit("/", 1)[-1].split(":")[0]: i.id
+        for i in await node.runtime.list_images()
+        for t in i.repo_tags
+    }
+    started = node.clock.now()
+
+    result = await gc.garbage_collect(began=0.0)  # 95% used: 15 MB to free
+
+    removed = set(result.removed)
+    assert removed and ids["old"] not in removed and ids["pinned"] not in removed
+    [(left, until)] = calls
+    assert left == set(ids.values()) - removed
+    assert until == started
+
+    node.disk.other = 100 * MB  # nothing can get it under the threshold now
+    with pytest.raises(ImageGCError):
+        await gc.garbage_collect(began=0.0)
+    assert len(calls) == 2
+    assert calls[1][0] == {i.id for i in await node.runtime.list_images()}

@@ -97,7 +97,7 @@ def test_make_up_prints_the_join_command_after_making_sure_of_cluster_info(
     from harness import join_up
 
     plane = _Plane()
-    join_up.print_join_command(plane)  # type: ignore[arg-type]
+    join_up.print_join_command(plane)  # type: ignore[arg-type]  # a fake with only apply()
     assert plane.applied == ["List", "cluster-info"]
     out = capsys.readouterr().out.splitlines()
     assert out[-1].strip() == plane.join_command()

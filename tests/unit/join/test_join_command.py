@@ -117,9 +117,12 @@ def test_a_verified_join_writes_the_bootstrap_kubeconfig_and_the_flags(node: Pat
     assert doc["clusters"][0]["cluster"]["server"] == "https://198.18.0.1:6443"
     assert doc["users"] == [{"name": "tls-bootstrap-token-user", "user": {"token": TOKEN}}]
     assert doc["current-context"] == "tls-bootstrap-token-user@kubernetes"
+    ca = node / "var" / "pki" / "ca.crt"
+    assert (ca.read_text(), stat.S_IMODE(ca.stat().st_mode)) == (EC_CA, 0o644)
     flags = read_flags_env(node / "var" / "join-flags.env")
     assert flags == (
         f"--bootstrap-kubeconfig={boot}",
+        f"--client-ca-file={ca}",
         "--hostname-override=worker-1",
         "--node-ip=10.0.0.5",
     )
@@ -134,7 +137,20 @@ def test_the_node_name_defaults_to_the_lower_cased_host_name(node: Path) -> None
     assert steps.node_checked == ["host-1"]
     assert read_flags_env(node / "var" / "join-flags.env") == (
         f"--bootstrap-kubeconfig={node / 'etc' / 'bootstrap-kubeconfig'}",
+        f"--client-ca-file={node / 'var' / 'pki' / 'ca.crt'}",
     )
+
+
+def test_a_client_ca_the_configuration_names_is_kept_and_no_ca_is_written(node: Path) -> None:
+    config = node / "config.yaml"
+    doc = yaml.safe_load(config.read_text())
+    doc["kubelet"] = {"authentication": {"x509": {"clientCAFile": "/etc/pki/my-ca.pem"}}}
+    config.write_text(yaml.safe_dump(doc))
+    assert join(node, *PINNED, steps=FakeSteps())[0] == 0
+    assert read_flags_env(node / "var" / "join-flags.env") == (
+        f"--bootstrap-kubeconfig={node / 'etc' / 'bootstrap-kubeconfig'}",
+    )
+    assert not (node / "var" / "pki" / "ca.crt").exists()
 
 
 def test_under_systemd_join_restarts_the_agent_waits_and_drops_the_token(node: Path) -> None:

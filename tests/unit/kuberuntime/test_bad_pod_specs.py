@@ -370,6 +370,7 @@ def test_volumes_decode_typed_and_keep_sources_the_agent_does_not_know_by_name()
                 "containers": [{"name": "c"}],
                 "volumes": [
                     {"name": "claim", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "repo", "gitRepo": {"repository": "https://example.invalid/r"}},
                     {
                         "name": "cfg",
                         "configMap": {"name": "app", "items": [{"key": "k", "path": "f"}]},
@@ -379,10 +380,13 @@ def test_volumes_decode_typed_and_keep_sources_the_agent_does_not_know_by_name()
             },
         }
     )
-    claim, cfg, scratch = pod.spec.volumes
-    assert (claim.source, claim.other) == (
-        "persistentVolumeClaim",
-        {"persistentVolumeClaim": {"claimName": "data"}},
+    claim, repo, cfg, scratch = pod.spec.volumes
+    assert claim.source == "persistentVolumeClaim" and claim.other == {}
+    assert claim.persistent_volume_claim is not None
+    assert claim.persistent_volume_claim.claim_name == "data"
+    assert (repo.source, repo.other) == (
+        "gitRepo",
+        {"gitRepo": {"repository": "https://example.invalid/r"}},
     )
     assert cfg.source == "configMap" and cfg.config_map is not None
     assert (cfg.config_map.name, cfg.config_map.default_mode, cfg.config_map.items[0].path) == (

@@ -88,6 +88,15 @@ def test_a_stop_signal_is_refused_naming_the_field() -> None:
     assert "SIGUSR1" in result.message
 
 
+def test_raw_block_devices_are_refused_naming_the_field() -> None:
+    p = pod(
+        containers=[container("db", volumeDevices=[{"name": "data", "devicePath": "/dev/xvda"}])]
+    )
+    result = admit_pod(p, allocatable=NODE, admitted=[])
+    assert result.reason == "VolumeDevicesNotSupported"
+    assert result.message.startswith("spec.containers[0].volumeDevices: container 'db'")
+
+
 def test_probes_on_plain_init_containers_are_refused_naming_the_field() -> None:
     p = pod(
         init_containers=[

@@ -125,35 +125,59 @@ class DpkgRoot:
 @dataclasses.dataclass(frozen=True)
 class ScriptRun:
     returncode: int
-    systemctl_calls: list[str]
+    calls: list[str]
+    stdout: str
     stderr: str
 
 
-def run_maintainer_script(
-    script: Path, *args: str, workdir: Path, systemd_running: bool, systemctl: bool = True
-) -> ScriptRun:
-    """Runs a maintainer script with a recording fake ``systemctl`` as the only systemctl.
+# The commands maintainer scripts may call to act on systemd, each replaced by a recorder.
+RECORDED = ("systemctl", "deb-systemd-helper", "deb-systemd-invoke", "systemd-tmpfiles")
+UPDATE_HELPER = "/usr/lib/systemd/systemd-update-helper"  # what the RPM macros call
+RECORDER = '#!/bin/sh\nprintf "%s %s\\n" "${0##*/}" "$*" >>"$CALLS"\n'
 
-    In a private mount namespace a tmpfs covers /run (holding ``/run/systemd/system`` when
-    systemd is to look alive) and /var/lib, so the script cannot touch the host's state.
+
+def run_maintainer_script(
+    script: Path,
+    *args: str,
+    workdir: Path,
+    systemd_running: bool,
+    update_helper: bool = True,
+    dpkg_root: Path | None = None,
+) -> ScriptRun:
+    """Runs a maintainer script where every systemd command is a recorder.
+
+    In a private mount namespace tmpfs covers /run (holding ``/run/systemd/system`` when systemd
+    is to look alive), /var/lib and /opt, so the script cannot touch the host's state or a venv;
+    /usr/lib/systemd holds only a recording ``systemd-update-helper`` (or nothing), and the
+    recorders shadow systemctl, deb-systemd-helper, deb-systemd-invoke and systemd-tmpfiles on
+    PATH and at their absolute paths. ``calls`` lists each call as ``"<command> <args>"``.
     """
     bindir = workdir / "bin"
     bindir.mkdir(exist_ok=True)
-    calls = workdir / "systemctl-calls"
+    calls = workdir / "calls"
     calls.write_text("")
-    fake = bindir / "systemctl"
-    fake.unlink(missing_ok=True)
-    if systemctl:
-        fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >>"$SYSTEMCTL_CALLS"\n')
-        fake.chmod(0o755)
-    rm = bindir / "rm"
-    if not rm.exists():
-        rm.symlink_to("/bin/rm")
-    setup = (
-        "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib"
-        + (" && mkdir -p /run/systemd/system" if systemd_running else "")
-        + ' && exec env -i PATH="$FAKE_PATH" SYSTEMCTL_CALLS="$SYSTEMCTL_CALLS" /bin/sh "$@"'
+    for name in RECORDED:
+        (bindir / name).write_text(RECORDER)
+        (bindir / name).chmod(0o755)
+    setup = " && ".join(
+        [
+            "mount -t tmpfs tmpfs /run",
+            "mount -t tmpfs tmpfs /var/lib",
+            "mount -t tmpfs tmpfs /opt",
+            "mount -t tmpfs tmpfs /usr/lib/systemd",
+            *(["mkdir -p /run/systemd/system"] if systemd_running else []),
+            *([f'cp "$FAKE_BIN/systemctl" {UPDATE_HELPER}'] if update_helper else []),
+            'mount --bind "$FAKE_BIN/systemd-tmpfiles" /usr/bin/systemd-tmpfiles',
+            'mount --bind "$FAKE_BIN/systemctl" /usr/bin/systemctl',
+            'exec env -i PATH="$FAKE_BIN:$SYSTEM_PATH" CALLS="$CALLS" $ROOT_ENV /bin/sh "$@"',
+        ]
     )
-    env = {"PATH": SYSTEM_PATH, "FAKE_PATH": str(bindir), "SYSTEMCTL_CALLS": str(calls)}
+    env = {
+        "PATH": SYSTEM_PATH,
+        "SYSTEM_PATH": SYSTEM_PATH,
+        "FAKE_BIN": str(bindir),
+        "CALLS": str(calls),
+        "ROOT_ENV": f"DPKG_ROOT={dpkg_root}" if dpkg_root else "",
+    }
     proc = run(*PRIVATE_MOUNTS, "/bin/sh", "-c", setup, "sh", script, *args, env=env, check=False)
-    return ScriptRun(proc.returncode, calls.read_text().splitlines(), proc.stderr)
+    return ScriptRun(proc.returncode, calls.read_text().splitlines(), proc.stdout, proc.stderr)

@@ -17,7 +17,9 @@ def test_deb_metadata_names_package_version_arch_and_dependencies(packages: Pack
 
     assert f"Package: nodeagent\nVersion: {packages.version}-1\n" in fields
     assert "Architecture: amd64\n" in fields
-    assert "Depends: python3.11, nftables, conntrack\n" in fields
+    assert (
+        "Depends: python3.11, libc6 (>= 2.34), libgcc-s1, libstdc++6, nftables, conntrack\n"
+    ) in fields
     assert "Recommends: containerd | containerd.io\n" in fields
 
 
@@ -28,10 +30,11 @@ def test_rpm_metadata_names_package_version_arch_and_requirements(packages: Pack
 
     assert nvra == f"nodeagent {packages.version} 1 x86_64"
     assert {"/usr/bin/python3.11", "nftables", "conntrack-tools"} <= set(requires)
+    assert {"libc.so.6(GLIBC_2.34)(64bit)", "libstdc++.so.6()(64bit)"} <= set(requires)
     assert recommends == ["containerd"]
 
 
-def test_deb_installs_venv_command_unit_config_and_private_state_dir(packages: Packages) -> None:
+def test_deb_installs_venv_command_unit_config_and_state_dir_entry(packages: Packages) -> None:
     files = deb_contents(packages.deb)
 
     assert files["/usr/bin/nodeagent"].link == "/opt/nodeagent/bin/nodeagent"
@@ -41,12 +44,14 @@ def test_deb_installs_venv_command_unit_config_and_private_state_dir(packages: P
     assert files["/etc/nodeagent/config.yaml"].mode == FILE_0644
     assert files["/etc/default/nodeagent"].mode == FILE_0644
     assert files["/etc/nodeagent"].mode == DIR_0755
-    assert files["/var/lib/nodeagent"].mode == "drwx------"
+    # Made 0700 by systemd-tmpfiles, not shipped (policy wants shipped directories 0755).
+    assert "/var/lib/nodeagent" not in files
+    assert files["/usr/lib/tmpfiles.d/nodeagent.conf"].mode == FILE_0644
     assert "/etc/sysconfig/nodeagent" not in files
     assert "/usr/share/doc/nodeagent/examples/nodeagent.service.d/10-example.conf" in files
 
 
-def test_rpm_installs_venv_command_unit_config_and_private_state_dir(packages: Packages) -> None:
+def test_rpm_installs_venv_command_unit_config_and_state_dir_entry(packages: Packages) -> None:
     files = rpm_contents(packages.rpm)
 
     assert files["/usr/bin/nodeagent"].link == "/opt/nodeagent/bin/nodeagent"
@@ -54,7 +59,9 @@ def test_rpm_installs_venv_command_unit_config_and_private_state_dir(packages: P
     assert files["/usr/lib/systemd/system/nodeagent.service"].mode == FILE_0644
     assert files["/etc/nodeagent/config.yaml"].mode == FILE_0644
     assert files["/etc/sysconfig/nodeagent"].mode == FILE_0644
-    assert files["/var/lib/nodeagent"].mode == "drwx------"
+    assert "/var/lib/nodeagent" not in files
+    assert files["/usr/lib/tmpfiles.d/nodeagent.conf"].mode == FILE_0644
+    assert files["/usr/lib/systemd/system-preset/80-nodeagent.preset"].mode == FILE_0644
     assert "/etc/default/nodeagent" not in files
     assert "/lib/systemd/system/nodeagent.service" not in files
 
@@ -108,21 +115,86 @@ def test_venv_is_built_for_its_final_path_and_holds_no_build_paths(deb_tree: Pat
     assert leaks == []
 
 
-def test_bytecode_is_precompiled_with_checked_hashes(deb_tree: Path) -> None:
-    site = deb_tree / SITE.lstrip("/")
-    sources = sorted(site.rglob("*.py"))
+def test_no_bytecode_is_shipped(packages: Packages) -> None:
+    shipped = [*deb_contents(packages.deb), *rpm_contents(packages.rpm)]
 
-    missing = [s for s in sources if not _pyc_for(s).exists()]
-    flags = {_pyc_for(s).read_bytes()[4:8] for s in sources if _pyc_for(s).exists()}
+    bytecode = [p for p in shipped if "__pycache__" in p or p.endswith((".pyc", ".pyo"))]
 
-    assert sources
-    assert missing == []
-    # PEP 552 flags word: bit 0 hash-based, bit 1 check the source hash.
-    assert flags == {(3).to_bytes(4, "little")}
+    assert bytecode == []
 
 
-def _pyc_for(source: Path) -> Path:
-    return source.parent / "__pycache__" / f"{source.stem}.cpython-311.pyc"
+def test_shared_objects_are_stripped(deb_tree: Path) -> None:
+    objects = sorted((deb_tree / "opt").rglob("*.so*"))
+
+    unstripped = [
+        str(o.relative_to(deb_tree))
+        for o in objects
+        if ".symtab" in run("readelf", "--section-headers", "--wide", o).stdout
+    ]
+
+    assert len(objects) > 20
+    assert unstripped == []
+
+
+def test_library_files_are_not_executable(deb_tree: Path) -> None:
+    lib = deb_tree / "opt/nodeagent/lib"
+
+    executable = [
+        str(p.relative_to(lib)) for p in lib.rglob("*") if p.is_file() and p.stat().st_mode & 0o111
+    ]
+
+    assert executable == []
+
+
+def test_only_the_agents_command_is_in_the_venvs_bin(deb_tree: Path) -> None:
+    names = sorted(p.name for p in (deb_tree / "opt/nodeagent/bin").iterdir())
+
+    assert names == ["nodeagent", "python", "python3", "python3.11"]
+
+
+@pytest.mark.parametrize("kind", ["deb", "rpm"])
+def test_data_member_is_gzip_which_every_supported_dpkg_and_rpm_reads(
+    packages: Packages, kind: str
+) -> None:
+    if kind == "deb":
+        members = run("ar", "t", packages.deb).stdout.split()
+        assert members == ["debian-binary", "control.tar.gz", "data.tar.gz"]
+    else:
+        assert rpm_query(packages.rpm, "%{PAYLOADCOMPRESSOR}") == "gzip"
+
+
+def test_deb_ships_copyright_changelog_man_page_and_lintian_overrides(deb_tree: Path) -> None:
+    doc = deb_tree / "usr/share/doc/nodeagent"
+    copyright_text = (doc / "copyright").read_text()
+    changelog = run("dpkg-parsechangelog", "-l", doc / "changelog.Debian.gz", "-S", "Version")
+    page = deb_tree / "usr/share/man/man8/nodeagent.8.gz"
+    overrides = (deb_tree / "usr/share/lintian/overrides/nodeagent").read_text()
+
+    assert copyright_text.startswith("Format: https://www.debian.org/doc/packaging-manuals/")
+    for pin in (REPO / "requirements/runtime.txt").read_text().splitlines():
+        if pin and not pin.startswith("#"):
+            name, version = pin.split("==")
+            assert f" {version} authors" in copyright_text, f"{name} missing from copyright"
+    assert (
+        changelog.stdout.strip()
+        == run(
+            "dpkg-parsechangelog", "-l", REPO / "packaging/changelog", "-S", "Version"
+        ).stdout.strip()
+    )
+    assert page.read_bytes()[:2] == b"\x1f\x8b"
+    assert "dir-or-file-in-opt" in overrides
+
+
+def test_rpm_ships_license_changelog_and_man_page(packages: Packages) -> None:
+    flags = dict(
+        line.split("|")
+        for line in rpm_query(packages.rpm, r"[%{FILENAMES}|%{FILEFLAGS:fflags}\n]").splitlines()
+    )
+    changelog = run("rpm", "-qp", "--changelog", packages.rpm).stdout
+
+    assert flags["/usr/share/licenses/nodeagent/copyright"] == "l"
+    assert flags["/usr/share/man/man8/nodeagent.8.gz"] == "d"
+    assert f"- {packages.version}-" in changelog
 
 
 def test_deb_ships_the_unit_file_from_the_source_tree(deb_tree: Path) -> None:

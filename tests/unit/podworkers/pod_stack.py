@@ -1,5 +1,5 @@
 """The pods stack (source, PLEG, workers, runtime manager, status) over the fakes, in virtual
-time, wired by the daemon's own ``nodeagent.pods.managers.wire_pods``: ``FakeApiServer`` for
+time, wired by the daemon's own ``nodeagent.pods.pipeline.wire_pods``: ``FakeApiServer`` for
 the API and ``FakeRuntime`` for containerd, both on the event loop's clock, so back-off
 timings are exact."""
 
@@ -19,7 +19,7 @@ from nodeagent.events import ObjectEventSink
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.manager import RuntimeManager
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pods.managers import wire_pods
+from nodeagent.pods.pipeline import wire_pods
 from nodeagent.pods.sync import PodCgroups, PodSync
 from nodeagent.pods.syncloop import (
     ALL_SAFE_SYSCTLS,

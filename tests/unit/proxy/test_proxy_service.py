@@ -28,6 +28,8 @@ def node_with(*ips: str) -> dict[str, Any]:
 
 class Wiring:
     def __init__(self, *, node_ips: tuple[str, ...] = (), **proxy: Any) -> None:
+        # no health or metrics server on this host's ports (tests/unit/proxy/test_proxy_health.py)
+        proxy = {"healthz_bind_address": "", "metrics_bind_address": ""} | proxy
         self.config = msgspec.structs.replace(Config(), proxy=ProxyConfiguration(**proxy))
         self.node: dict[str, Any] | None = None
         self.nodes = FakeStore()
@@ -102,6 +104,22 @@ async def test_an_explicit_node_ip_is_used_without_waiting_for_the_node() -> Non
         await asyncio.wait_for(w.programmed(), 5)
         assert w.reaches("192.0.2.10", 30080) == ["10.244.1.5:8080"]
         assert w.proxy.manager is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_node_cidr_mode_waits_for_the_nodes_pod_cidrs_and_takes_them_as_local() -> None:
+    w = Wiring(cluster_cidr="10.244.0.0/16", detect_local_mode="NodeCIDR")
+    task = asyncio.create_task(w.proxy.run())
+    try:
+        w.set_node(node_with("198.51.100.7"))
+        await asyncio.sleep(0.05)
+        assert w.nft == {}  # an address, but no podCIDRs yet
+        w.set_node(node_with("198.51.100.7") | {"spec": {"podCIDRs": ["10.244.3.0/24"]}})
+        await asyncio.wait_for(w.programmed(), 5)
+        assert w.proxy.manager is not None
+        assert w.proxy.manager.table("ip").layout.cluster_cidrs == ("10.244.3.0/24",)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -62,13 +62,29 @@ def test_without_fine_grained_authz_pods_and_healthz_are_proxy() -> None:
 )
 def test_verb_follows_the_method(method: str, verb: str) -> None:
     assert api_verb(method) == verb
-    assert request_attributes(method, "/exec/ns/p/c", "n")[0].verb == verb
+    assert request_attributes(method, "/containerLogs/ns/p/c", "n")[0].verb == verb
+    assert request_attributes(method, "/exec/ns/p/c", "n", streaming_create=False)[0].verb == verb
 
 
-def test_websocket_exec_is_a_get_spdy_exec_a_create() -> None:
-    # WebSocket upgrades are GETs, SPDY ones POSTs: the kubelet authorizes the method's verb.
-    assert request_attributes("GET", "/exec/ns/p/c", "n")[0].verb == "get"
-    assert request_attributes("POST", "/exec/ns/p/c", "n")[0].verb == "create"
+STREAMS = ["/exec/ns/p/c", "/exec/ns/p/uid/c", "/attach/ns/p/c", "/run/ns/p/c", "/portForward/ns/p"]
+
+
+@pytest.mark.parametrize("path", STREAMS)
+@pytest.mark.parametrize("method", ["GET", "POST"], ids=["WebSocket (GET)", "SPDY (POST)"])
+def test_streaming_needs_create_whatever_the_transport(path: str, method: str) -> None:
+    attrs = request_attributes(method, path, "n")
+    assert [(a.verb, a.subresource) for a in attrs] == [("create", "proxy")]
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_the_kubelets_mapping_on_request_a_websocket_is_a_get(path: str) -> None:
+    assert request_attributes("GET", path, "n", streaming_create=False)[0].verb == "get"
+    assert request_attributes("POST", path, "n", streaming_create=False)[0].verb == "create"
+
+
+def test_other_paths_keep_the_methods_verb() -> None:
+    for path in ("/containerLogs/ns/p/c", "/pods", "/execx", "/runningpods/", "/logs/run"):
+        assert request_attributes("GET", path, "n")[0].verb == "get", path
 
 
 def test_is_subpath() -> None:

@@ -1,5 +1,5 @@
 """The pods stack with static pods over the fakes in virtual time, wired by the daemon's own
-``nodeagent.pods.managers.wire_pods``: ``MemoryManifests`` for the manifest directory,
+``nodeagent.pods.pipeline.wire_pods``: ``MemoryManifests`` for the manifest directory,
 ``FakeApiServer`` for the API (``None``: a standalone node) and ``FakeRuntime`` for
 containerd."""
 
@@ -16,7 +16,7 @@ from nodeagent.apiserver import NODES, PODS, WatchCache
 from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
-from nodeagent.pods.managers import wire_pods
+from nodeagent.pods.pipeline import wire_pods
 from nodeagent.pods.syncloop import SyncLoop
 from nodeagent.staticpods import FileSource, MirrorStatusApi
 from nodeagent.testing.fake_apiserver import FakeApiServer, LoopClock

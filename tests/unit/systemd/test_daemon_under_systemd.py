@@ -121,7 +121,10 @@ def test_daemon_is_ready_pings_the_watchdog_and_stops_on_sigterm(
     assert rests[-1] == '"Stopped" exit_code=0'
     assert {p["pid"] for p in parsed} == {str(daemon.pid)}
     # the agent's lines, and the shutdown manager saying there is nothing to configure
-    assert all(p["src"].startswith(("agent.py:", "manager.py:")) for p in parsed[len(cgroup) :])
+    assert all(
+        p["src"].startswith(("agent.py:", "supervisor.py:", "manager.py:"))
+        for p in parsed[len(cgroup) :]
+    )
     assert '"No graceful configuration specified, node shutdown will be immediate"' in rests
 
 

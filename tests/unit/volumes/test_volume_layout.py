@@ -62,23 +62,21 @@ def test_memory_media_secrets_and_projected_volumes_are_tmpfs() -> None:
 
 
 def test_unsupported_sources_are_named() -> None:
-    [pvc, hugepages, none] = pod(
+    [nfs, hugepages, none] = pod(
         "p",
         volumes=[
-            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "data", "nfs": {"server": "nfs.example", "path": "/"}},
             {"name": "huge", "emptyDir": {"medium": "HugePages"}},
             {"name": "empty"},
         ],
     ).spec.volumes
-    assert layout.unsupported_reason(pvc) == (
-        'volume source "persistentVolumeClaim" is not supported on this node'
-    )
+    assert layout.unsupported_reason(nfs) == 'volume source "nfs" is not supported on this node'
     assert layout.unsupported_reason(hugepages) == (
         'emptyDir medium "HugePages" is not supported on this node'
     )
     assert layout.unsupported_reason(none) == "volume has no source this node recognises"
     with pytest.raises(ValueError):
-        layout.volume_path("/r", UID, pvc)
+        layout.volume_path("/r", UID, nfs)
 
 
 def test_failed_mount_message_is_the_kubelet_one() -> None:

@@ -116,11 +116,21 @@ async def test_a_refresh_failure_after_set_up_does_not_stop_the_pod(
 
 
 async def test_unsupported_sources_fail_by_name(manager: VolumeManager) -> None:
-    p = volume_pod({"name": "data", "persistentVolumeClaim": {"claimName": "d"}})
+    p = volume_pod(
+        {"name": "data", "nfs": {"server": "nfs.example", "path": "/"}},
+        {"name": "inline", "csi": {"driver": "hostpath.csi.k8s.io"}},
+    )
     result = await manager.set_up(p)
     assert not result.ready
     assert result.failures == {
-        "data": 'volume source "persistentVolumeClaim" is not supported on this node'
+        "data": 'volume source "nfs" is not supported on this node',
+        "inline": 'volume source "csi" is not supported on this node',
+    }
+    assert result.events == {
+        "data": 'MountVolume.SetUp failed for volume "data" : volume source "nfs" is not '
+        "supported on this node",
+        "inline": 'MountVolume.SetUp failed for volume "inline" : volume source "csi" is not '
+        "supported on this node",
     }
 
 
@@ -189,6 +199,59 @@ async def test_fs_group_is_applied_to_empty_dirs(manager: VolumeManager, tmp_pat
     assert stat.S_IMODE(path.stat().st_mode) == 0o2777
     await manager.set_up(p)  # the next sync keeps the setgid bit
     assert stat.S_IMODE(path.stat().st_mode) == 0o2777
+
+
+async def test_an_owned_empty_dir_is_not_walked_again_after_a_restart(
+    tmp_path: Path, mounter: FakeMounter, content: FakeContentSource
+) -> None:
+    """Once an emptyDir is set up, its ``ready`` mark (the kubelet's, under the pod's
+    ``plugins/kubernetes.io~empty-dir/<name>``) is on disk: an agent started again does not
+    walk the volume a running container controls; a volume directory that disappeared is
+    set up, and walked, again."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a group needs root")
+
+    def agent() -> VolumeManager:
+        return VolumeManager(root_dir=str(tmp_path / "root"), content=content, mounter=mounter)
+
+    p = pod("p", uid=UID, securityContext={"fsGroup": 3456},
+            volumes=[{"name": "e", "emptyDir": {}}])  # fmt: skip
+    await agent().set_up(p)
+    ready = tmp_path / "root" / "pods" / UID / "plugins" / "kubernetes.io~empty-dir" / "e" / "ready"
+    assert stat.S_ISREG(ready.lstat().st_mode)
+    written = vol_dir(tmp_path, "empty-dir", "e") / "by-the-container"
+    written.write_text("x")
+    os.chown(written, -1, 99)
+    result = await agent().set_up(p)  # the agent restarted
+    assert result.ready
+    assert written.stat().st_gid == 99  # not walked again
+
+    remove_tree(str(vol_dir(tmp_path, "empty-dir", "e")))
+    await agent().set_up(p)
+    assert vol_dir(tmp_path, "empty-dir", "e").stat().st_gid == 3456
+
+
+async def test_a_memory_empty_dir_is_owned_again_on_a_new_tmpfs(
+    tmp_path: Path, mounter: FakeMounter, content: FakeContentSource
+) -> None:
+    """``medium: Memory``: the mark holds while its tmpfs is mounted; a new tmpfs (after a
+    reboot) is owned again."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a group needs root")
+
+    def agent() -> VolumeManager:
+        return VolumeManager(root_dir=str(tmp_path / "root"), content=content, mounter=mounter)
+
+    p = pod("p", uid=UID, securityContext={"fsGroup": 3456},
+            volumes=[{"name": "m", "emptyDir": {"medium": "Memory"}}])  # fmt: skip
+    path = vol_dir(tmp_path, "empty-dir", "m")
+    await agent().set_up(p)
+    os.chown(path, -1, 99)  # as if a container or another owner had changed it
+    await agent().set_up(p)
+    assert path.stat().st_gid == 99  # still mounted: not walked again
+    await mounter.unmount(str(path.resolve()))
+    await agent().set_up(p)
+    assert path.stat().st_gid == 3456
 
 
 async def test_tear_down_unmounts_and_removes_without_following_links(
@@ -289,3 +352,29 @@ async def test_propagation_on_a_host_path_leaves_the_host_mounts_alone(
     [mount] = await result.container_mounts(p.spec.containers[0], {})
     assert mount.propagation == "host_to_container"
     assert mounter.binds == {} and mounter.shared == set()
+
+
+async def test_the_root_dir_is_made_a_shared_mount_once_when_it_is_not(
+    tmp_path: Path, mounter: FakeMounter, content: FakeContentSource
+) -> None:
+    mounter.root_shared = False
+    manager = VolumeManager(root_dir=str(tmp_path / "root"), content=content, mounter=mounter)
+    await manager.set_up(volume_pod({"name": "e", "emptyDir": {}}))
+    await manager.clean_orphans(lambda uid: True)
+    root = str((tmp_path / "root").resolve())
+    assert [c for c in mounter.calls if c[1] == root] == [("bind", root), ("make-rshared", root)]
+
+
+def test_a_mount_is_shared_when_its_deepest_mount_has_a_peer_group() -> None:
+    from nodeagent.volumemanager.mounter import is_shared_mount
+
+    text = (
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        "40 27 0:45 / /var/lib/nodeagent rw,relatime shared:12 - ext4 /dev/vda rw\n"
+        "41 40 0:46 / /var/lib/nodeagent/pods/x rw master:3 - tmpfs tmpfs rw\n"
+    )
+    assert not is_shared_mount(text, "/tmp/root")
+    assert is_shared_mount(text, "/var/lib/nodeagent")
+    assert is_shared_mount(text, "/var/lib/nodeagent/plugins")
+    assert not is_shared_mount(text, "/var/lib/nodeagent/pods/x/volumes")
+    assert not is_shared_mount(text, "/var/lib/nodeagentx")

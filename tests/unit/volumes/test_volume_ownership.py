@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
+from racing import exchanging
 
 from nodeagent.log import get_logger
 from nodeagent.volumemanager.ownership import root_matches, set_volume_ownership
@@ -73,3 +75,44 @@ def test_on_root_mismatch_walks_when_the_root_differs(tmp_path: Path) -> None:
     )
     assert changed
     assert (root / "sub" / "file").stat().st_gid == GROUP
+
+
+SWAPPED = 8
+
+
+def test_a_directory_swapped_for_a_symlink_changes_nothing_outside(tmp_path: Path) -> None:
+    """A container (here another process) exchanges directories of its volume with symlinks to
+    a host directory in a loop while the walk runs again and again (at least 300 walks and
+    2000 rounds of exchanges): the host directory and its root-owned 0600 files keep their
+    group and mode. (The path-based walk this replaced changed them within 7 to 107 walks.)"""
+    volume = tmp_path / "vol"
+    outside = tmp_path / "host"
+    outside.mkdir(mode=0o700)
+    os.chmod(outside, 0o700)
+    for i in range(3):
+        (outside / f"secret{i}").write_text("host")
+        os.chmod(outside / f"secret{i}", 0o600)
+    for i in range(SWAPPED):
+        (volume / f"d{i}").mkdir(parents=True)
+        (volume / f"d{i}" / "f").write_text("x")
+        (volume / f"l{i}").symlink_to(outside)
+
+    def host() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_gid, mode(p)) for p in [outside, *outside.iterdir()]}
+
+    before = host()
+    walks = 0
+    deadline = time.monotonic() + 120  # a watchdog against a hang, not a measurement
+    pairs = [(volume / f"d{i}", volume / f"l{i}") for i in range(SWAPPED)]
+    with exchanging(pairs) as rounds:
+        while (rounds() < 2000 or walks < 300) and time.monotonic() < deadline:
+            set_volume_ownership(str(volume), GROUP, read_only=False, policy=None,
+                                 log=get_logger("t"))  # fmt: skip
+            walks += 1
+            if host() != before:
+                break
+        done = rounds()
+    assert host() == before, (walks, done)
+    assert (walks, done) >= (300, 2000), (walks, done)  # the race went on
+    walked = next(volume / n for n in ("d0", "l0") if not (volume / n).is_symlink())
+    assert (walked / "f").stat().st_gid == GROUP  # the volume itself was walked

@@ -1,0 +1,235 @@
+"""Pod volumes backed by a PersistentVolume: ``persistentVolumeClaim`` and generic
+``ephemeral`` volumes, set up once per pod and then reused on every sync.
+
+The claim is resolved to its bound PV (``claims.py``), the PV's ``nodeAffinity`` checked
+against the node's labels (``affinity.py``), then the PV is set up by its plugin: hostPath or
+local (``persistent.py``) or a CSI driver (``csi/``, through the :class:`CsiVolumes` seam);
+``fsGroup`` is applied once when the plugin asks for it (``ownership.py``). A volume already
+set up for the pod is not resolved again: the kubelet's populator, too, processes a pod's
+claims once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from nodeagent.apiserver import ApiError
+from nodeagent.csi import CsiError
+from nodeagent.csi.types import VolumeStats
+from nodeagent.log import Logger, get_logger
+from nodeagent.podspec import Pod, Volume
+from nodeagent.quantity import value
+from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
+from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver, claim_name
+from nodeagent.volumemanager.expansion import finished_patch, node_expansion_size
+from nodeagent.volumemanager.layout import MountedVolume
+from nodeagent.volumemanager.mounter import Mounter
+from nodeagent.volumemanager.ownership import set_volume_ownership
+from nodeagent.volumemanager.persistent import (
+    CsiHandle,
+    SetUpVolume,
+    pv_source,
+    set_up_in_tree,
+    unsupported,
+)
+from nodeagent.volumemanager.source import VolumeSetupError
+
+NODE_AFFINITY_FAILED = "MountVolume.NodeAffinity check failed"
+RESIZE_CHECK = 10.0
+
+
+class CsiVolumes(Protocol):
+    """CSI volumes (``csi/``'s ``CsiVolumePlugin``)."""
+
+    async def set_up_persistent(
+        self, pod: Pod, volume: Volume, bound: BoundVolume
+    ) -> SetUpVolume: ...
+
+    async def set_up_inline(self, pod: Pod, volume: Volume) -> SetUpVolume: ...
+
+    async def tear_down_pod(self, uid: str) -> bool: ...
+
+    async def clean_staged(self) -> bool: ...
+
+    def forget(self, uid: str) -> None: ...
+
+    async def volume_stats(self, handle: CsiHandle, path: str) -> VolumeStats | None: ...
+
+    async def expand(self, handle: CsiHandle, path: str, size: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedVolume:
+    """A PV-backed or CSI volume set up for a pod, as its stats need it."""
+
+    volume: str
+    namespace: str
+    claim: str | None
+    """The claim's name; None for an inline CSI volume."""
+    set_up: SetUpVolume
+
+
+class ClaimedVolumes:
+    def __init__(
+        self,
+        *,
+        root_dir: str,
+        resolver: ClaimResolver,
+        mounter: Mounter,
+        node_name: str = "",
+        node_labels: Callable[[], Mapping[str, str]] = dict,
+        csi: CsiVolumes | None = None,
+        log: Logger | None = None,
+    ) -> None:
+        self._root = root_dir
+        self._resolver = resolver
+        self._mounter = mounter
+        self._node_name = node_name
+        self._node_labels = node_labels
+        self._csi = csi
+        self._log = log or get_logger("volumes")
+        self._done: dict[str, dict[str, MountedVolume]] = {}
+        self._records: dict[str, dict[str, ClaimedVolume]] = {}
+        self._checked: dict[tuple[str, str], float] = {}
+        self._republished: dict[tuple[str, str, str], float] = {}
+
+    def forget(self, uid: str) -> None:
+        self._done.pop(uid, None)
+        self._records.pop(uid, None)
+        self._checked = {k: v for k, v in self._checked.items() if k[0] != uid}
+        self._republished = {k: v for k, v in self._republished.items() if k[0] != uid}
+
+    def _republish_due(self, pod: Pod, volume: Volume) -> bool:
+        """A volume of a ``requiresRepublish`` driver is published again on a sync at most
+        every ``RESIZE_CHECK`` seconds (the kubelet remounts it on each pod sync)."""
+        record = self._records.get(pod.uid, {}).get(volume.name)
+        if record is None or not record.set_up.republish:
+            return False
+        now = asyncio.get_running_loop().time()
+        key = (pod.uid, volume.name, "republish")
+        if now - self._republished.get(key, now) < RESIZE_CHECK:
+            self._republished.setdefault(key, now)
+            return False
+        self._republished[key] = now
+        return True
+
+    async def _check_resize(self, pod: Pod, volume: Volume) -> None:
+        """Expand a mounted CSI claim the resizer grew (``expansion.py``), looking at most
+        every ``RESIZE_CHECK`` seconds (each look is a GET of the claim and the PV, as the
+        kubelet's populator does on a pod sync)."""
+        record = self._records.get(pod.uid, {}).get(volume.name)
+        if record is None or record.set_up.csi is None or record.set_up.read_only:
+            return
+        if self._csi is None:
+            return
+        now = asyncio.get_running_loop().time()
+        key = (pod.uid, volume.name)
+        if now - self._checked.get(key, -RESIZE_CHECK) < RESIZE_CHECK:
+            return
+        self._checked[key] = now
+        try:
+            bound = await self._resolver.resolve(pod, volume)
+        except VolumeSetupError:
+            return
+        size = node_expansion_size(bound.claim, bound.pv)
+        if size is None:
+            return
+        fields = {"pod_namespace": pod.namespace, "pod_name": pod.name, "volume": volume.name}
+        try:
+            await self._csi.expand(record.set_up.csi, record.set_up.path, value(size))
+            await self._resolver.patch_claim_status(bound.claim, finished_patch(bound.claim, size))
+        except (CsiError, ApiError) as e:
+            self._log.warning("MountVolume.NodeExpandVolume failed", error=str(e), **fields)
+            return
+        self._log.info(
+            "MountVolume.NodeExpandVolume succeeded",
+            persistent_volume=bound.pv_name,
+            size=size,
+            **fields,
+        )
+
+    def claimed(self, uid: str) -> list[ClaimedVolume]:
+        """The pod's volumes set up through a claim or a CSI driver."""
+        return list(self._records.get(uid, {}).values())
+
+    def _record(self, pod: Pod, volume: Volume, claim: str | None, set_up: SetUpVolume) -> None:
+        self._records.setdefault(pod.uid, {})[volume.name] = ClaimedVolume(
+            volume.name, pod.namespace, claim, set_up
+        )
+
+    async def set_up_inline(self, pod: Pod, volume: Volume) -> MountedVolume:
+        """An inline CSI volume (the driver's ``Ephemeral`` mode), published once per pod."""
+        done = self._done.setdefault(pod.uid, {})
+        if volume.name in done and not self._republish_due(pod, volume):
+            return done[volume.name]
+        if self._csi is None:
+            raise VolumeSetupError('volume source "csi" is not supported on this node')
+        set_up = await self._csi.set_up_inline(pod, volume)
+        if set_up.own:
+            await self._own(pod, set_up, volume.name)
+        self._record(pod, volume, None, set_up)
+        mounted = MountedVolume(set_up.path, set_up.read_only)
+        done[volume.name] = mounted
+        return mounted
+
+    async def set_up(self, pod: Pod, volume: Volume, mounts: list[str]) -> MountedVolume:
+        """The volume of ``pod`` ready for its containers; raises :class:`VolumeSetupError`."""
+        done = self._done.setdefault(pod.uid, {})
+        if volume.name in done and not self._republish_due(pod, volume):
+            await self._check_resize(pod, volume)
+            return done[volume.name]
+        bound = await self._resolver.resolve(pod, volume)
+        try:
+            check_node_affinity(bound.pv, self._node_labels(), self._node_name)
+        except AffinityError as e:
+            raise VolumeSetupError(
+                str(e), operation=NODE_AFFINITY_FAILED, spec_name=bound.pv_name
+            ) from e
+        if pv_source(bound) == "csi" and self._csi is not None and bound.volume_mode != "Block":
+            set_up = await self._csi.set_up_persistent(pod, volume, bound)
+        else:
+            reason = unsupported(bound)
+            if reason is not None:
+                raise VolumeSetupError(reason, spec_name=bound.pv_name)
+            try:
+                set_up = await set_up_in_tree(
+                    bound, root_dir=self._root, uid=pod.uid, mounter=self._mounter, mounts=mounts
+                )
+            except VolumeSetupError as e:
+                e.spec_name = bound.pv_name
+                raise
+        if set_up.own:
+            await self._own(pod, set_up, bound.pv_name)
+        self._record(pod, volume, claim_name(pod, volume), set_up)
+        self._log.v(2).info(
+            "MountVolume.SetUp succeeded",
+            pod_namespace=pod.namespace,
+            pod_name=pod.name,
+            pod_uid=pod.uid,
+            volume=volume.name,
+            persistent_volume=bound.pv_name,
+        )
+        mounted = MountedVolume(set_up.path, set_up.read_only)
+        done[volume.name] = mounted
+        return mounted
+
+    async def _own(self, pod: Pod, set_up: SetUpVolume, pv_name: str) -> None:
+        psc = pod.spec.security_context
+        if psc is None or psc.fs_group is None:
+            return
+        try:
+            await asyncio.to_thread(
+                set_volume_ownership,
+                set_up.path,
+                psc.fs_group,
+                read_only=set_up.read_only,
+                policy=psc.fs_group_change_policy,
+                log=self._log,
+            )
+        except OSError as e:
+            raise VolumeSetupError(
+                f"applyFSGroup failed for vol {pv_name}: {e}", spec_name=pv_name
+            ) from e

@@ -1,0 +1,115 @@
+"""The CSI plugin's records on disk: the ``vol_data.json`` beside each published and staged
+volume, read back for teardown and clean-up after a restart, and the directories around them.
+Blocking: call through ``asyncio.to_thread``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from nodeagent.volumemanager.csi import paths
+
+DIR_MODE: Final = 0o750
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A volume published for a pod, read back from its ``vol_data.json``."""
+
+    directory: Path
+    driver: str
+    handle: str
+    mode: str
+
+
+def write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def make_dirs(path: Path) -> None:
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+
+
+def read_published(pods_volumes: Path) -> list[Published]:
+    found = []
+    try:
+        entries = list(os.scandir(pods_volumes))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        data_file = Path(entry.path) / paths.VOL_DATA
+        try:
+            data = paths.parse_vol_data(data_file.read_text())
+        except FileNotFoundError:
+            found.append(Published(Path(entry.path), "", "", ""))  # publish never started
+            continue
+        except (OSError, ValueError):
+            continue
+        found.append(
+            Published(
+                Path(entry.path),
+                data.get(paths.DRIVER_NAME, ""),
+                data.get(paths.VOLUME_HANDLE, ""),
+                data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT),
+            )
+        )
+    return found
+
+
+def all_published(root_dir: str) -> set[tuple[str, str]]:
+    """(driver, handle) of every persistent volume some pod directory publishes."""
+    used: set[tuple[str, str]] = set()
+    pods = Path(root_dir) / "pods"
+    try:
+        uids = [e.name for e in os.scandir(pods) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return used
+    for uid in uids:
+        for p in read_published(pods / uid / "volumes" / paths.POD_PLUGIN_DIR):
+            if p.driver and p.mode != paths.EPHEMERAL:
+                used.add((p.driver, p.handle))
+    return used
+
+
+def staged(root_dir: str) -> list[tuple[Path, str, str]]:
+    """(staging dir, driver, handle) of every ``vol_data.json`` under the plugin dir."""
+    out: list[tuple[Path, str, str]] = []
+    base = paths.plugin_dir(root_dir)
+    try:
+        drivers = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return out
+    for driver in drivers:
+        for entry in os.scandir(driver.path):
+            data_file = Path(entry.path) / paths.VOL_DATA
+            try:
+                data = paths.parse_vol_data(data_file.read_text())
+            except (OSError, ValueError):
+                continue
+            out.append(
+                (
+                    Path(entry.path),
+                    data.get(paths.DRIVER_NAME, driver.name),
+                    data.get(paths.VOLUME_HANDLE, ""),
+                )
+            )
+    return out
+
+
+def remove_dir(path: Path) -> None:
+    """``path`` (an unmounted directory) and its ``vol_data.json``; anything else left is
+    kept (a mount the driver did not remove makes ``rmdir`` fail, and it is not forced)."""
+    with contextlib.suppress(FileNotFoundError):
+        (path / paths.VOL_DATA).unlink()
+    for name in (paths.MOUNT, paths.GLOBAL_MOUNT):
+        with contextlib.suppress(FileNotFoundError):
+            (path / name).rmdir()
+    with contextlib.suppress(FileNotFoundError):
+        path.rmdir()

@@ -1,0 +1,215 @@
+"""The CSI hostpath driver deployed as ``make up`` deploys it (``harness.csi_hostpath``: a pod
+of the plugin, its registrar and liveness probe, the real external-attacher, -provisioner and
+-resizer, the ``CSIDriver`` with ``attachRequired`` and the default StorageClass), on a real
+``nodeagent run`` node with containerd and the kernel's mounts.
+
+What a user of ``make up``'s cluster does: a StatefulSet whose claim template names no
+StorageClass. The default class's driver provisions the volume on this node, the attacher
+attaches it, the agent stages and publishes it into the pod (the plugin's own container
+mounts it, with ``Bidirectional`` propagation of the root dir); the pod writes, is deleted and
+recreated, and the new pod reads what the first wrote; scaled to 0 (the volume unstaged and
+detached) and back to 1, it reads it again; the claim is expanded online. Once the
+StatefulSet and its claims are deleted, nothing is left mounted below the root dir but the
+plugin's own container volumes, and the provisioner deletes the volume.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentproc import AgentNode, agent_node, api_get, pods_in, wait_ready
+from harness import csi_hostpath as driver_objects
+from harness.controlplane import ControlPlane
+from harness.fixtures_csi import CSIHostpath, Deployed
+from harness.fixtures_runtime import RuntimeEnv
+from podnode import until
+from test_persistent_volumes import running_uid, statefulset
+from test_volumes import mounts_below, no_mounts_left
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
+
+CSI_DIR = "kubernetes.io~csi"
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A short root dir: the registrar's socket in ``<root>/plugins_registry`` must fit in
+    ``sun_path``. Whatever a failing test leaves mounted below it is unmounted."""
+    path = Path(tempfile.mkdtemp(prefix="na-root-"))
+    with no_mounts_left(path):
+        yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def apply(control_plane: ControlPlane, obj: dict[str, Any]) -> None:
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def default_class_statefulset(namespace: str) -> dict[str, Any]:
+    """``web`` with a claim template that names no StorageClass (the default one applies)."""
+    obj = statefulset("web", namespace, "unused", 1)
+    del obj["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"]
+    return obj
+
+
+def claim_of(control_plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    return api_get(control_plane, f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}") or {}
+
+
+def log_lines(data_dir: Path) -> list[str]:
+    found = [p for p in data_dir.rglob("log") if p.is_file()]
+    return found[0].read_text().splitlines() if found else []
+
+
+def app_mounts(root: Path, plugin_uid: str) -> list[str]:
+    """Mounts below the root dir other than the root's own and the plugin pod's volumes."""
+    base = str(root.resolve())
+    plugin_pod = str((root / "pods" / plugin_uid).resolve())
+    return [
+        p
+        for p in mounts_below(root)
+        if p not in (base, plugin_pod) and not p.startswith(plugin_pod + "/")
+    ]
+
+
+def attachments(control_plane: ControlPlane, pv: str) -> list[dict[str, Any]]:
+    listing = api_get(control_plane, "/apis/storage.k8s.io/v1/volumeattachments") or {}
+    return [
+        a for a in listing.get("items", []) if a["spec"]["source"].get("persistentVolumeName") == pv
+    ]
+
+
+def volumes_of_default_class(control_plane: ControlPlane) -> list[str]:
+    listing = api_get(control_plane, "/api/v1/persistentvolumes") or {}
+    return [
+        pv["metadata"]["name"]
+        for pv in listing.get("items", [])
+        if pv["spec"].get("storageClassName") == driver_objects.STORAGE_CLASS
+    ]
+
+
+async def web_started(
+    node: AgentNode, control_plane: ControlPlane, driver: CSIHostpath, d: Deployed, count: int
+) -> str:
+    uid = await until(
+        "web-0 Running",
+        lambda: running_uid(control_plane, node.namespace, "web-0"),
+        within=180,
+        every=0.5,
+        explain=lambda: (node.log_tail(2000), driver.explain(d)),
+    )
+    await until(f"{count} starts logged", lambda: len(log_lines(d.data_dir)) >= count, within=30)
+    return str(uid)
+
+
+async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_online(
+    control_plane: ControlPlane,
+    containerd: RuntimeEnv,
+    csi_hostpath: CSIHostpath,
+    tmp_path: Path,
+    root: Path,
+) -> None:
+    async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+        ns = ("-n", node.namespace)
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        deployed = await csi_hostpath.deploy(node)
+        plugin_uid = running_uid(control_plane, node.namespace, deployed.pod)
+        assert plugin_uid is not None
+        try:
+            apply(control_plane, default_class_statefulset(node.namespace))
+            first = await web_started(node, control_plane, csi_hostpath, deployed, 1)
+            assert log_lines(deployed.data_dir) == [f"{first} saw {first}"]
+
+            claim = claim_of(control_plane, node.namespace, "data-web-0")
+            assert claim["spec"]["storageClassName"] == driver_objects.STORAGE_CLASS
+            pv = claim["spec"]["volumeName"]
+            volume = api_get(control_plane, f"/api/v1/persistentvolumes/{pv}")
+            assert volume["spec"]["csi"]["driver"] == driver_objects.DRIVER
+            [attachment] = attachments(control_plane, pv)
+            assert attachment["spec"]["nodeName"] == node.name
+            assert attachment["status"]["attached"] is True
+            target = root / "pods" / first / "volumes" / CSI_DIR / pv / "mount"
+            assert str(target) in mounts_below(root)
+
+            control_plane.kubectl("delete", "pod", "web-0", *ns)
+            second = await web_started(node, control_plane, csi_hostpath, deployed, 2)
+            assert second != first
+            assert log_lines(deployed.data_dir)[1] == f"{second} saw {first}"
+            await until(
+                "the first pod's mounts gone",
+                lambda: not mounts_below(root / "pods" / first),
+                within=30,
+            )
+
+            control_plane.kubectl("scale", "statefulset", "web", "--replicas=0", *ns)
+            await until(
+                "web-0 gone, its volume unstaged and detached",
+                lambda: (
+                    not running_uid(control_plane, node.namespace, "web-0")
+                    and not app_mounts(root, plugin_uid)
+                    and not attachments(control_plane, pv)
+                ),
+                within=120,
+                every=1,
+                explain=lambda: (mounts_below(root), attachments(control_plane, pv)),
+            )
+            control_plane.kubectl("scale", "statefulset", "web", "--replicas=1", *ns)
+            third = await web_started(node, control_plane, csi_hostpath, deployed, 3)
+            assert log_lines(deployed.data_dir)[2] == f"{third} saw {first}"
+
+            control_plane.kubectl(
+                "patch", "pvc", "data-web-0", *ns, "--type=merge",
+                "-p", '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}',
+            )  # fmt: skip
+            await until(
+                "the claim's status at 2Gi",
+                lambda: (
+                    claim_of(control_plane, node.namespace, "data-web-0")
+                    .get("status", {})
+                    .get("capacity", {})
+                    .get("storage")
+                    == "2Gi"
+                ),
+                within=150,
+                every=1,
+                explain=lambda: (
+                    claim_of(control_plane, node.namespace, "data-web-0").get("status"),
+                    node.log_tail(2000),
+                    csi_hostpath.explain(deployed),
+                ),
+            )
+            assert running_uid(control_plane, node.namespace, "web-0") == third
+            assert "Traceback" not in node.log_text(), node.log_tail()
+        finally:
+            # the app and its claim go while the driver still runs: the agent unpublishes and
+            # unstages, the attacher detaches, the provisioner deletes the volume
+            control_plane.kubectl("delete", "statefulset", "web", *ns, "--wait=false", check=False)
+            control_plane.kubectl("delete", "pvc", "--all", *ns, "--wait=false", check=False)
+        await until(
+            "only the driver's pod left",
+            lambda: (
+                [p["metadata"]["name"] for p in pods_in(control_plane, node.namespace)]
+                == [deployed.pod]
+            ),
+            within=90,
+        )
+        await until(
+            "nothing of the app mounted or staged",
+            lambda: not app_mounts(root, plugin_uid),
+            within=60,
+            explain=lambda: mounts_below(root),
+        )
+        await until(
+            "the volume deleted by the provisioner",
+            lambda: not volumes_of_default_class(control_plane),
+            within=90,
+            explain=lambda: csi_hostpath.explain(deployed),
+        )
+        assert not attachments(control_plane, pv)

@@ -1,0 +1,244 @@
+"""PVC-backed volumes through the volume manager: the claim resolved to its bound PV in the
+in-memory API, hostPath and local PVs, node affinity, read-only claims and fsGroup; the
+kubelet's words when a claim is not bound (a log line, no Event) and when a PV cannot be
+used here (a ``FailedMount`` Event naming the PV)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.testing.fake_apiserver import FakeApiServer
+from nodeagent.testing.fake_volumes import FakeContentSource, FakeMounter
+from nodeagent.testing.pods import container, pod
+from nodeagent.volumemanager.claims import PVCS, PVS
+from nodeagent.volumemanager.manager import VolumeManager
+
+UID = "0b7e-uid"
+NODE = "node-a"
+
+
+@pytest.fixture
+def server() -> FakeApiServer:
+    return FakeApiServer()
+
+
+@pytest.fixture
+def mounter() -> FakeMounter:
+    return FakeMounter()
+
+
+@pytest.fixture
+def manager(tmp_path: Path, mounter: FakeMounter, server: FakeApiServer) -> VolumeManager:
+    return VolumeManager(
+        root_dir=str(tmp_path / "root"),
+        content=FakeContentSource(),
+        mounter=mounter,
+        api=server,
+        node_name=NODE,
+        node_labels=lambda: {"kubernetes.io/hostname": NODE, "zone": "a"},
+    )
+
+
+def claim(
+    name: str = "data", *, pv: str = "pv-1", phase: str = "Bound", uid: str = "claim-uid"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"volumeName": pv if phase == "Bound" else ""},
+        "status": {"phase": phase},
+    }
+
+
+def volume(name: str = "pv-1", claim_uid: str = "", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"claimRef": {"name": "data", "namespace": "default", "uid": claim_uid}, **spec},
+    }
+
+
+def claim_pod(read_only: bool = False, fs_group: int | None = None, **extra: Any) -> Any:
+    return pod(
+        "p",
+        uid=UID,
+        volumes=[
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": read_only}}
+        ],
+        containers=[container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])],
+        **({"securityContext": {"fsGroup": fs_group}} if fs_group is not None else {}),
+        **extra,
+    )
+
+
+async def test_a_host_path_pv_is_its_path(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seeded = server.seed(PVCS, claim())
+    server.seed(
+        PVS,
+        volume(
+            claim_uid=seeded["metadata"]["uid"],
+            hostPath={"path": str(tmp_path), "type": "Directory"},
+        ),
+    )
+    result = await manager.set_up(claim_pod())
+    assert result.ready and not result.failures
+    assert result.mounted["data"].path == str(tmp_path)
+    assert not result.mounted["data"].read_only
+    await manager.set_up(claim_pod())  # set up once: the claim is not read again
+    assert len(server.calls_to("get", "persistentvolumeclaims")) == 1
+
+
+async def test_a_local_pv_is_bind_mounted_read_only_for_a_read_only_claim(
+    manager: VolumeManager, server: FakeApiServer, mounter: FakeMounter, tmp_path: Path
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    seeded = server.seed(PVCS, claim())
+    server.seed(PVS, volume(claim_uid=seeded["metadata"]["uid"], local={"path": str(disk)}))
+    result = await manager.set_up(claim_pod(read_only=True))
+    target = tmp_path / "root" / "pods" / UID / "volumes" / "kubernetes.io~local-volume" / "pv-1"
+    assert result.mounted["data"].path == str(target)
+    assert result.mounted["data"].read_only
+    assert mounter.binds == {str(target): str(disk)}
+    assert mounter.read_only == {str(target)}
+    assert await manager.tear_down(UID)
+    assert mounter.binds == {} and not target.exists()
+
+
+async def test_fs_group_is_applied_to_a_writable_local_pv(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    disk = tmp_path / "disk"
+    (disk / "sub").mkdir(parents=True)
+    seeded = server.seed(PVCS, claim())
+    server.seed(PVS, volume(claim_uid=seeded["metadata"]["uid"], local={"path": str(disk)}))
+    gid = os.getgid() + 1 if os.geteuid() == 0 else os.getgid()
+    result = await manager.set_up(claim_pod(fs_group=gid))
+    assert result.ready
+    # the fake mounter does not bind: ownership lands on the mount point directory
+    assert os.stat(result.mounted["data"].path).st_gid == gid
+
+
+@pytest.mark.parametrize(
+    ("stored", "why"),
+    [
+        pytest.param(
+            None,
+            "error processing PVC default/data: failed to fetch PVC from API server: "
+            'persistentvolumeclaims "data" not found',
+            id="no such claim",
+        ),
+        pytest.param(
+            claim(phase="Pending"),
+            "error processing PVC default/data: PVC is not bound",
+            id="claim not bound yet",
+        ),
+    ],
+)
+async def test_a_claim_that_is_not_bound_waits_without_an_event(
+    manager: VolumeManager, server: FakeApiServer, stored: Any, why: str
+) -> None:
+    if stored is not None:
+        server.seed(PVCS, stored)
+    result = await manager.set_up(claim_pod())
+    assert not result.ready and result.retry_in == 0.5
+    assert result.failures == {"data": why}
+    assert result.events == {}
+
+
+async def test_a_pv_bound_to_another_claim_is_refused(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seeded = server.seed(PVCS, claim())
+    server.seed(PVS, volume(claim_uid="other", hostPath={"path": str(tmp_path)}))
+    result = await manager.set_up(claim_pod())
+    assert result.failures == {
+        "data": "error processing PVC default/data: found PV object pv-1 but its "
+        f"pv.Spec.ClaimRef.UID other does not point to claim.UID {seeded['metadata']['uid']}"
+    }
+
+
+async def test_a_pv_for_another_node_fails_its_node_affinity_check(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seeded = server.seed(PVCS, claim())
+    affinity = {
+        "required": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
+                    ]
+                }
+            ]
+        }
+    }
+    uid = seeded["metadata"]["uid"]
+    server.seed(PVS, volume(claim_uid=uid, local={"path": str(tmp_path)}, nodeAffinity=affinity))
+    result = await manager.set_up(claim_pod())
+    assert result.events == {
+        "data": 'MountVolume.NodeAffinity check failed for volume "pv-1" : '
+        "no matching NodeSelectorTerms"
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        pytest.param(
+            {"nfs": {"server": "n", "path": "/"}},
+            'PersistentVolume "pv-1" source "nfs" is not supported on this node',
+            id="nfs",
+        ),
+        pytest.param(
+            {"local": {"path": "/"}, "volumeMode": "Block"},
+            'volumeMode "Block" of PersistentVolume "pv-1" is not supported on this node',
+            id="block mode",
+        ),
+    ],
+)
+async def test_a_pv_source_without_a_plugin_fails_by_name(
+    manager: VolumeManager, server: FakeApiServer, spec: dict[str, Any], why: str
+) -> None:
+    seeded = server.seed(PVCS, claim())
+    server.seed(PVS, volume(claim_uid=seeded["metadata"]["uid"], **spec))
+    result = await manager.set_up(claim_pod())
+    assert result.failures == {"data": why}
+    assert result.events == {"data": f'MountVolume.SetUp failed for volume "pv-1" : {why}'}
+
+
+async def test_a_generic_ephemeral_volume_uses_the_claim_the_pod_owns(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    owned = claim("p-scratch")
+    owned["metadata"]["ownerReferences"] = [{"kind": "Pod", "uid": UID, "controller": True}]
+    seeded = server.seed(PVCS, owned)
+    pv = volume(claim_uid=seeded["metadata"]["uid"], hostPath={"path": str(tmp_path)})
+    pv["spec"]["claimRef"]["name"] = "p-scratch"
+    server.seed(PVS, pv)
+    p = pod(
+        "p",
+        uid=UID,
+        volumes=[{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}],
+    )
+    result = await manager.set_up(p)
+    assert result.mounted["scratch"].path == str(tmp_path)
+
+
+async def test_a_generic_ephemeral_volume_refuses_a_claim_of_someone_else(
+    manager: VolumeManager, server: FakeApiServer
+) -> None:
+    server.seed(PVCS, claim("p-scratch"))
+    p = pod(
+        "p",
+        uid=UID,
+        volumes=[{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}],
+    )
+    result = await manager.set_up(p)
+    assert result.failures == {
+        "scratch": "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
+    }
