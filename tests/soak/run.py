@@ -206,9 +206,9 @@ class Soak:
         soak = [p for p in items if p.namespace == NAMESPACE]
         return inv.unconverged(time.time(), nodes, work, soak)
 
-    def wait_converged(self, since: float) -> tuple[float | None, list[str]]:
+    def wait_converged(self, since: float, bound: float) -> tuple[float | None, list[str]]:
         last: list[str] = []
-        while time.time() - since <= inv.CONVERGE_WITHIN + 30:
+        while time.time() - since <= bound + 30:
             self.observe()
             last = self.unconverged() or []
             if not last:
@@ -266,11 +266,12 @@ class Soak:
                 assert isinstance(what, Action)
                 self.workload.apply(what)
         assert record is not None
-        record.converged_at, record.unconverged = self.wait_converged(record.end)
+        bound = inv.converge_bound(fault.kind)
+        record.converged_at, record.unconverged = self.wait_converged(record.end, bound)
         took = (
             f"{record.converged_at - record.end:.1f}s"
             if record.converged_at
-            else f"not in {inv.CONVERGE_WITHIN:.0f}s: {record.unconverged[:4]}"
+            else f"not in {bound:.0f}s: {record.unconverged[:4]}"
         )
         self.log(f"converged after {fault.kind}: {took}")
         self.violate(

@@ -197,3 +197,24 @@ def test_rss_that_rises_within_each_process_lifetime_is_growth() -> None:
     assert v.invariant == "rss-growth" and "+60.0 MiB/h" in v.detail
     # too short to judge
     assert inv.rss_growth("node-1", 600, rss(1, 0, 8, 100 << 20, 1 << 20)) == []
+
+
+def test_a_bare_pod_the_node_evicted_is_at_its_end_one_failed_otherwise_is_not() -> None:
+    # Recorded after a root-dir fill (seed 614776): the node evicted bare pods, phase Failed,
+    # reason Evicted; nothing starts them again, on the kubelet either.
+    nodes = [ApiNode("node-1", True)]
+    evicted = pod("pod-18", phase="Failed", ready=False, reason="Evicted")
+    failed = pod("pod-19", phase="Failed", ready=False)
+    assert inv.unconverged(100, nodes, [], [evicted]) == []
+    assert inv.unconverged(100, nodes, [], [failed]) == ["pod soak/pod-19 Failed, ready=False"]
+
+
+def test_after_a_root_dir_fill_the_bound_adds_the_pressure_transition_period() -> None:
+    # The node keeps DiskPressure (its taint, its pod rejections) 5 min after the fill is
+    # gone, as the kubelet does: recorded, DiskPressure=True 150 s after the fill ended.
+    fill = Window("disk-fill", 100, 160, "node-1")
+    late = 160 + inv.CONVERGE_WITHIN + 60
+    assert inv.convergence_violation(fill, late, []) == []
+    assert inv.convergence_violation(Window("agent-kill", 100, 160, "node-1"), late, ["x"])
+    (v,) = inv.convergence_violation(fill, None, ["Deployment soak/web-13: 0 ready"])
+    assert "bound 480s" in v.detail
