@@ -16,6 +16,10 @@ The bounds are stated here, and `docs/reliability.md` repeats them:
   container GC runs once a minute; its housekeeping every 2 s);
 - `UNREADY_TOLERANCE`: a Service may still send a request to a pod this long after the pod
   turned not-ready (probe period, EndpointSlice controller, proxy sync);
+- `CONTROL_PLANE_SETTLE`: after the apiserver or etcd is back, its controllers may need this
+  long to act again (a kube-controller-manager that lost its lease waits up to its 15 s lease
+  duration to take it back, then starts its controllers and syncs their caches): a pod that
+  turns not-ready in that time leaves its EndpointSlice late, whatever the node does;
 - `LEASE_INTERVAL` + `LEASE_SLACK`: the Lease is renewed every 10 s; a gap may be longer only
   by the outage that overlaps it;
 - `RSS_SLOPE_LIMIT`: the agent's resident memory grows by no more than this per hour, within
@@ -35,6 +39,7 @@ PRESSURE_TRANSITION = 300.0
 PRESSURE_FAULTS = frozenset({"disk-fill"})
 LEAK_WITHIN = 150.0
 UNREADY_TOLERANCE = 5.0
+CONTROL_PLANE_SETTLE = 60.0
 LEASE_INTERVAL = 10.0
 LEASE_SLACK = 5.0
 RSS_WARMUP = 180.0
@@ -348,11 +353,13 @@ def traffic_to_unready(
     excused: Sequence[Window],
     *,
     tolerance: float = UNREADY_TOLERANCE,
+    settle: float = CONTROL_PLANE_SETTLE,
 ) -> list[Violation]:
     """A hit at `t` on pod P is a violation when P's last Ready transition before `t` (from
     `readiness`: pod name to (time, ready) transitions, sorted) turned it not-ready more than
     `tolerance` seconds earlier, and no fault window (the client's node, the control plane)
-    overlaps the time between. A terminating pod's transitions are in `readiness` too."""
+    overlaps the time between (a control-plane window `settle` seconds longer). A terminating
+    pod's transitions are in `readiness` too."""
     out = []
     for h in hits:
         transitions = readiness.get(h.pod, ())
@@ -366,7 +373,12 @@ def traffic_to_unready(
         since = last[0]
         if h.at - since <= tolerance:
             continue
-        if any(w.covers(h.client_node) and w.overlaps(since, h.at) for w in excused):
+        if any(
+            w.covers(h.client_node)
+            and (w.end + (settle if w.node is None else 0.0)) >= since
+            and w.start <= h.at
+            for w in excused
+        ):
             continue
         out.append(
             Violation(

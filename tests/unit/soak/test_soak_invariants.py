@@ -218,3 +218,17 @@ def test_after_a_root_dir_fill_the_bound_adds_the_pressure_transition_period() -
     assert inv.convergence_violation(Window("agent-kill", 100, 160, "node-1"), late, ["x"])
     (v,) = inv.convergence_violation(fill, None, ["Deployment soak/web-13: 0 ready"])
     assert "bound 480s" in v.detail
+
+
+def test_traffic_just_after_the_control_plane_returned_is_not_the_nodes() -> None:
+    # Recorded (seed 614776): the apiserver was back at 209.0 s, the pod force-deleted at
+    # 219.6 s, answers until 227.9 s; kube-controller-manager took its lease back at 232 s
+    # (it had restarted during the outage), so the EndpointSlice kept the pod until then.
+    readiness = {"soak/web-2-x": [(10.0, True), (219.6, False)]}
+    hits = [Hit(at, "node-1", "soak/web-2", "soak/web-2-x") for at in (225.2, 227.9)]
+    outage = Window("apiserver-stop", 149.8, 209.0)
+    assert inv.traffic_to_unready(hits, readiness, [outage]) == []
+    earlier = Window("apiserver-stop", 100.0, 150.0)
+    assert len(inv.traffic_to_unready(hits, readiness, [earlier])) == 2
+    on_the_node = Window("agent-kill", 149.8, 209.0, "node-1")
+    assert len(inv.traffic_to_unready(hits, readiness, [on_the_node])) == 2
