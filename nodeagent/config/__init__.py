@@ -1,7 +1,8 @@
 """Configuration: one YAML file (``--config``) plus kubelet-compatible flags.
 
 - ``add_flags(parser)`` adds ``--config`` and the kubelet-compatible flags to a parser;
-- ``resolve(args)`` reads the file, overlays the flags, applies defaults, validates, and
+- ``resolve(args)`` reads the file, overlays the flags, puts the cluster's kubelet
+  configuration (:mod:`.clusterkubelet`) beneath its ``kubelet:``, applies defaults, validates, and
   returns a frozen :class:`Config` or raises :class:`nodeagent.errors.ConfigError` naming
   the field path (or flag), the value and what is allowed;
 - ``render(config)`` gives the effective configuration as YAML (``nodeagent config show``);
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from nodeagent.config.clusterkubelet import ClusterKubelet
 from nodeagent.config.decode import render
 from nodeagent.config.flags import add_flags
 from nodeagent.config.load import load
@@ -38,6 +40,7 @@ from nodeagent.config.units import Duration
 __all__ = [
     "API_VERSION",
     "KIND",
+    "ClusterKubelet",
     "Config",
     "ConntrackConfiguration",
     "Duration",
@@ -54,6 +57,8 @@ __all__ = [
 ]
 
 
-def resolve(args: argparse.Namespace) -> Config:
-    """The effective configuration for parsed ``args`` (see :func:`add_flags`)."""
-    return load(args)
+def resolve(args: argparse.Namespace, *, cluster_kubelet: ClusterKubelet | None = None) -> Config:
+    """The effective configuration for parsed ``args`` (see :func:`add_flags`); with
+    ``cluster_kubelet``, that cluster kubelet configuration instead of the file
+    ``node.clusterKubeletConfig`` names."""
+    return load(args, cluster_kubelet=cluster_kubelet)

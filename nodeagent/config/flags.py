@@ -90,6 +90,14 @@ FLAGS: tuple[Flag, ...] = (
         "PATH",
     ),
     Flag(
+        ("--cluster-kubelet-config",),
+        "cluster_kubelet_config",
+        "node.clusterKubeletConfig",
+        _path,
+        "KubeletConfiguration file of cluster-wide settings, beneath the config's kubelet:",
+        "PATH",
+    ),
+    Flag(
         ("--hostname-override",),
         "hostname_override",
         "node.hostnameOverride",

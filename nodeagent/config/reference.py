@@ -45,6 +45,32 @@ proxy:         # kube-proxy (nftables mode) settings
 `nodeagent config show [--config FILE] [flags]` prints the effective configuration with every
 default; `nodeagent config validate` checks it (exit 0 when valid, 2 when not).
 
+## The cluster's kubelet configuration
+
+A cluster made by `kubeadm init` publishes the kubelet settings its nodes share (`clusterDNS`,
+`clusterDomain`, `serverTLSBootstrap`, `rotateCertificates`, `cgroupDriver`, ...) as the
+ConfigMap `kube-system/kubelet-config`, key `kubelet`. `nodeagent join` downloads it with the
+bootstrap token, as `kubeadm join` does, and writes it to `<rootDir>/kubelet-config.yaml` (or
+to `node.clusterKubeletConfig` if the file sets it) as a KubeletConfiguration
+(`kubelet.config.k8s.io/v1beta1`), then names it with `--cluster-kubelet-config` in
+`<rootDir>/join-flags.env`. The `--config` file is never written. Precedence with it:
+built-in defaults < the cluster's kubelet configuration < the file's `kubelet:` section <
+flags; mappings merge field by field, lists and values replace. So a field the file sets
+(the packaged file sets `cgroupDriver`, `clusterDomain`, `rotateCertificates`, `failSwapOn`,
+...) stays the node's own; delete it from the file to take the cluster's.
+
+In that file, Go's unset values mean the default (a zero duration such as `syncFrequency: 0s`,
+which kubeadm writes for every duration it leaves unset, an empty string, `null`), as the
+kubelet's defaulting treats them. A field nodeagent does not implement is left out by the join
+when it holds Go's zero value (`crashLoopBackOff: {}`), and left out with a warning naming it
+and its value otherwise (the file's comment lists it); a file that still holds one is refused at
+start. A ConfigMap that is not a valid KubeletConfiguration for this node stops the join with
+an error naming the key, the line and the field, and nothing is written. A cluster that does
+not publish the ConfigMap, or does not let bootstrap tokens read it (kubeadm's Role and
+RoleBinding `kubeadm:kubelet-config`), is joined with the `--config` file alone and the join
+says so: unlike a kubelet, which cannot start without kubeadm's `config.yaml`, nodeagent's own
+file is a complete configuration (kubeadm stops the join there).
+
 Value syntax:
 - **duration**: Go/Kubernetes durations such as `300ms`, `10s`, `1m30s`, `2h` (units `ns`,
   `us`, `ms`, `s`, `m`, `h`). A bare number is an error. Shown back in Go's form (`1m0s`).

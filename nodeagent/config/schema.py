@@ -33,6 +33,18 @@ class NodeConfiguration(Section, frozen=True):
             "passes it as `--bootstrap-kubeconfig` in `<rootDir>/join-flags.env`."
         ),
     ] = ""
+    cluster_kubelet_config: Annotated[
+        str,
+        doc(
+            "A KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`) with the cluster's "
+            "kubelet settings, applied beneath the `kubelet:` section: a field set there or by "
+            "a flag wins, mappings merge field by field. `nodeagent join` writes the cluster's "
+            "`kube-system/kubelet-config` to `<rootDir>/kubelet-config.yaml` and passes it as "
+            "`--cluster-kubelet-config` in `<rootDir>/join-flags.env`. Go's unset values "
+            '(`0s`, `""`) mean the default; a field nodeagent does not implement is refused. '
+            "Empty: none."
+        ),
+    ] = ""
     hostname_override: Annotated[
         str, doc("Node name to use instead of the host name (lowercase DNS subdomain).")
     ] = ""

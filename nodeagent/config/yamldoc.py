@@ -64,10 +64,11 @@ _UNPRINTABLE: Final = re.compile(
 )
 
 
-def read(path: str) -> Document:
+def read(path: str, *, top_fields: tuple[str, ...] | None = None) -> Document:
     """Read and parse ``path``: a regular file of at most ``MAX_BYTES``, read without blocking.
 
     A FIFO, a device (``/dev/zero``) or a directory is refused before anything is read.
+    ``top_fields``: as :func:`parse`.
     """
     try:
         raw = read_capped(path, MAX_BYTES)
@@ -87,11 +88,16 @@ def read(path: str) -> Document:
         raise ConfigError(
             "--config", f"{path} is not UTF-8 text: {e.reason} at byte {e.start}", path
         ) from e
-    return parse(text, source=path)
+    return parse(text, source=path, top_fields=top_fields)
 
 
-def parse(text: str, *, source: str = "") -> Document:
-    """Parse ``text``; every problem is a ``ConfigError`` (never a traceback, never unbounded)."""
+def parse(text: str, *, source: str = "", top_fields: tuple[str, ...] | None = None) -> Document:
+    """Parse ``text``; every problem is a ``ConfigError`` (never a traceback, never unbounded).
+
+    A non-empty document must have one of ``top_fields`` (default: a NodeAgentConfiguration's);
+    an empty tuple checks only that it is a mapping (another kind of document).
+    """
+    expected = _TOP_FIELDS if top_fields is None else top_fields
     _check_text(text, source)
     loader = _Loader(text, source)
     try:
@@ -118,14 +124,14 @@ def parse(text: str, *, source: str = "") -> Document:
     if data is None:
         data = {}
     if not isinstance(data, dict):
+        fields = ", ".join(expected or ("apiVersion", "kind"))
         raise ConfigError(
             "",
-            "the file must be a mapping with apiVersion, kind, node, kubelet and proxy, "
-            f"not a {type(data).__name__}",
+            f"the file must be a mapping with {fields}, not a {type(data).__name__}",
             source=source,
             line=1,
         )
-    if data and not any(isinstance(k, str) and k in _TOP_FIELDS for k in data):
+    if data and expected and not any(isinstance(k, str) and k in expected for k in data):
         raise ConfigError(
             "",
             "this is not a nodeagent configuration: it has none of the fields "

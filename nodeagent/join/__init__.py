@@ -11,6 +11,8 @@ is ``kubeadm join`` with token discovery, for an agent instead of a kubelet:
 - :mod:`.discovery`: kubeadm's two requests (TLS unverified, then verified against that CA),
   retried every 5 s up to the discovery timeout; the HTTP is
   :func:`nodeagent.apiserver.discovery.get_cluster_info`;
+- :mod:`.kubeletconfig`: the cluster's kubelet configuration (``kube-system/kubelet-config``),
+  read with the bootstrap token as kubeadm does, written beside the operator's file;
 - :mod:`.files`: the bootstrap kubeconfig and ``<rootDir>/join-flags.env``, written only after
   every check passed;
 - :mod:`.start`: kubeadm's "is a Ready Node of this name there already" check, the restart of

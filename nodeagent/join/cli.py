@@ -5,8 +5,11 @@ The steps, in kubeadm's order, each one refusing with a message that names what 
 1. check the input (token form, hash form, a hash or the explicit unsafe flag, the
    configuration file) and that this node has not joined already (``node.kubeconfig``);
 2. discovery (:mod:`.discovery`): the cluster's server and CA, verified;
-3. with the bootstrap token over the verified TLS: no Ready Node has this node's name;
-4. write the bootstrap kubeconfig and the flags file (:mod:`.files`): the first write;
+3. with the bootstrap token over the verified TLS: no Ready Node has this node's name; then
+   the cluster's kubelet configuration, ``kube-system/kubelet-config`` (:mod:`.kubeletconfig`),
+   checked against this node's configuration (a wrong one stops the join here);
+4. write the bootstrap kubeconfig, the cluster CA, the cluster's kubelet configuration and the
+   flags file (:mod:`.files`): the first write;
 5. restart ``nodeagent.service`` under systemd and wait for TLS bootstrap (the agent's
    credentials manager, the CSR path of ``nodeagent run``), then remove the bootstrap
    kubeconfig as kubeadm does; without systemd, or with ``--no-start``, print the command
@@ -21,16 +24,20 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final, TextIO
 
 from nodeagent import config, hostinfo
 from nodeagent.apiserver import ApiError
+from nodeagent.config import yamldoc
+from nodeagent.config.clusterkubelet import ClusterKubelet, render
+from nodeagent.config.problem import show
 from nodeagent.config.units import Duration
 from nodeagent.errors import ConfigError
-from nodeagent.join import files, start
+from nodeagent.join import files, kubeletconfig, start
 from nodeagent.join.discovery import DEFAULT_TIMEOUT
-from nodeagent.join.token import JoinError, parse_pins, parse_token
+from nodeagent.join.token import BootstrapToken, JoinError, parse_pins, parse_token
 
 DEFAULT_CONFIG: Final = "/etc/nodeagent/config.yaml"
 EXIT_OK: Final = 0
@@ -42,8 +49,11 @@ DESCRIPTION: Final = """\
 Join this node to a cluster the way `kubeadm join` does with token discovery: fetch
 kube-public/cluster-info from API_SERVER_ENDPOINT, trust it only if its JWS signature verifies
 with the bootstrap token and the cluster CA's public key matches a
---discovery-token-ca-cert-hash, then write the bootstrap kubeconfig and the agent's flags
-(<rootDir>/join-flags.env) and start TLS bootstrap. Nothing is written when a check fails.
+--discovery-token-ca-cert-hash, download the cluster's kubelet configuration
+(kube-system/kubelet-config, as kubeadm does) into <rootDir>/kubelet-config.yaml, then write
+the bootstrap kubeconfig and the agent's flags (<rootDir>/join-flags.env) and start TLS
+bootstrap. Nothing is written when a check fails. The --config file is never written: its
+kubelet: section and the agent's flags win over the cluster's kubelet configuration.
 On the control plane, `kubeadm token create --print-join-command` (or `make up`, for the
 local cluster) prints the command to run here."""
 
@@ -147,6 +157,7 @@ class Steps:
 
         self.fetch = get_cluster_info
         self.ready_node_exists = start.ready_node_exists
+        self.fetch_kubelet_config = kubeletconfig.fetch_with_token
         self.systemd_manages_agent: Callable[[], bool] = start.systemd_manages_agent
         self.restart_agent: Callable[[], str | None] = start.restart_agent
         self.wait_for_tls_bootstrap = start.wait_for_tls_bootstrap
@@ -165,13 +176,14 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
             f"pass the cluster CA's hash, or {UNSAFE_FLAG} to continue without one"
         )
     server = server_url(args.api_server_endpoint)
-    cfg = _resolve(args)
+    cfg = _resolve(args, cluster_kubelet=_NONE_YET)  # join writes that file, it need not exist
     node_name = (cfg.node.hostname_override or steps.hostname()).strip().lower()
     paths = files.paths_for(
         kubeconfig=cfg.node.kubeconfig,
         bootstrap_kubeconfig=cfg.node.bootstrap_kubeconfig,
         root_dir=cfg.node.root_dir,
         client_ca_file=cfg.kubelet.authentication.x509.client_ca_file,
+        cluster_kubelet_config=cfg.node.cluster_kubelet_config,
     )
     flags = files.agent_flags(paths, node_name=args.node_name, node_ip=args.node_ip)
     if paths.kubeconfig.exists():
@@ -201,10 +213,35 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
             f'a Node with name "{node_name}" and status "Ready" already exists in the cluster: '
             "delete it, or give this node another name (--node-name)"
         )
-    files.write_join_files(paths, server=info.server, ca_pem=info.ca_pem, token=token, flags=flags)
+    cluster = await _cluster_kubelet(
+        args, server=info.server, ca_pem=info.ca_pem, token=token, steps=steps, say=say
+    )
+    if cluster is None:
+        paths = replace(paths, kubelet_config=None)
+        flags = files.agent_flags(paths, node_name=args.node_name, node_ip=args.node_ip)
+    text = None if cluster is None else render(cluster, header=_header(info.server, args.config))
+    files.write_join_files(
+        paths,
+        server=info.server,
+        ca_pem=info.ca_pem,
+        token=token,
+        flags=flags,
+        kubelet_config=text,
+    )
     say(f"[join] Wrote the bootstrap kubeconfig {paths.bootstrap_kubeconfig} ({info.server})")
     if paths.client_ca is not None:
         say(f"[join] Wrote the cluster CA {paths.client_ca} (the agent's client CA)")
+    if cluster is not None and paths.kubelet_config is not None:
+        say(
+            f"[kubelet-start] Wrote the cluster's kubelet configuration ({kubeletconfig.WHAT}) "
+            f"to {paths.kubelet_config}; fields in {args.config} and flags win over it"
+        )
+        if cluster.skipped:
+            left = ", ".join(f"{name}: {show(value)}" for name, value in cluster.skipped)
+            say(
+                f"[kubelet-start] WARNING: left out of {paths.kubelet_config}, nodeagent does "
+                f"not implement: {left}"
+            )
     say(f"[join] Wrote the agent's flags {paths.flags_file}: {' '.join(flags)}")
     if args.no_start or not steps.systemd_manages_agent():
         why = "--no-start" if args.no_start else f"no systemd managing {start.UNIT}"
@@ -236,14 +273,63 @@ async def join(args: argparse.Namespace, *, out: TextIO, steps: Steps) -> int:
     return EXIT_OK
 
 
-def _resolve(args: argparse.Namespace) -> config.Config:
+_NONE_YET: Final = ClusterKubelet(data={}, doc=yamldoc.Document(data={}))
+
+
+async def _cluster_kubelet(
+    args: argparse.Namespace,
+    *,
+    server: str,
+    ca_pem: bytes,
+    token: BootstrapToken,
+    steps: Steps,
+    say: Callable[[str], None],
+) -> ClusterKubelet | None:
+    """The cluster's kubelet configuration, checked with this node's configuration over it;
+    None when the cluster publishes none (said, and the join goes on)."""
+    say(f"[kubelet-start] Downloading the cluster's kubelet configuration ({kubeletconfig.WHAT})")
+    try:
+        fetched = await steps.fetch_kubelet_config(server=server, ca_pem=ca_pem, token=token)
+    except ApiError as e:
+        raise JoinError(
+            f"cannot get {kubeletconfig.WHAT} from {server} with the bootstrap token: {e}; "
+            "nothing was written"
+        ) from None
+    if isinstance(fetched, kubeletconfig.NotPublished):
+        say(
+            f"[kubelet-start] {fetched.reason}: no cluster-wide kubelet settings; the agent "
+            f"runs with {args.config} alone (kubeadm would stop here)"
+        )
+        return None
+    try:
+        cluster = kubeletconfig.from_configmap(fetched)
+        _resolve(args, cluster_kubelet=cluster)
+    except ConfigError as e:
+        raise JoinError(
+            f"the cluster's kubelet configuration is not valid for this node; nothing was "
+            f"written:\n{e}"
+        ) from None
+    return cluster
+
+
+def _header(server: str, config_path: str) -> str:
+    return (
+        f"Written by `nodeagent join` from {kubeletconfig.SOURCE} of {server}.\n"
+        f"The agent applies it beneath the kubelet: section of {config_path}: a field set\n"
+        "there, or a flag, wins. `nodeagent join` replaces this file; edit that one instead."
+    )
+
+
+def _resolve(
+    args: argparse.Namespace, *, cluster_kubelet: ClusterKubelet | None = None
+) -> config.Config:
     """The agent's configuration with the join's name and IP over it, checked by the same rules
     as ``nodeagent run`` (an error names ``--node-name``, not the agent's flag)."""
     overlay = argparse.Namespace(
         config=args.config, hostname_override=args.node_name, node_ip=args.node_ip
     )
     try:
-        return config.resolve(overlay)
+        return config.resolve(overlay, cluster_kubelet=cluster_kubelet)
     except ConfigError as e:
         if e.path == "--hostname-override":
             raise ConfigError("--node-name", e.message, e.value) from None

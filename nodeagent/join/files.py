@@ -13,13 +13,21 @@ The files kubeadm's ``kubelet-start`` phase writes (``bootstrap-kubelet.conf``,
   own ``kubelet.authentication.x509.clientCAFile``: the agent verifies the apiserver's client
   certificate with it when the apiserver comes for logs, exec or port-forward (without it those
   answer 401), as kubeadm's kubelet does with ``/etc/kubernetes/pki/ca.crt``;
+- the **cluster's kubelet configuration** (0644) at ``<rootDir>/kubelet-config.yaml`` (or where
+  ``node.clusterKubeletConfig`` says), when the cluster publishes ``kube-system/kubelet-config``
+  as kubeadm does: a KubeletConfiguration the agent applies beneath the ``kubelet:`` section
+  of its own file (:mod:`nodeagent.config.clusterkubelet`), as kubeadm's kubelet gets
+  ``/var/lib/kubelet/config.yaml``; the operator's ``/etc/nodeagent/config.yaml`` is never
+  written;
 - the **flags file** ``<rootDir>/join-flags.env``: ``NODEAGENT_JOIN_ARGS="..."`` with
-  ``--bootstrap-kubeconfig``, ``--client-ca-file`` when join wrote the CA, and the operator's
+  ``--bootstrap-kubeconfig``, ``--client-ca-file`` when join wrote the CA,
+  ``--cluster-kubelet-config`` when it wrote the cluster's kubelet configuration, and the operator's
   ``--node-name`` / ``--node-ip`` as the agent's flags. ``nodeagent.service`` reads it
   (``EnvironmentFile=``) and puts ``$NODEAGENT_JOIN_ARGS`` before the admin's
   ``$NODEAGENT_ARGS``, so a flag in ``/etc/default/nodeagent`` still wins.
 
-The bootstrap kubeconfig is written first: a flags file never points at a missing one.
+The bootstrap kubeconfig is written first and the flags file last: a flags file never points at
+a missing file.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import yaml
 
 from nodeagent.atomicfile import write_atomic
 from nodeagent.certificate.store import write_private
+from nodeagent.config.clusterkubelet import FILE_NAME as KUBELET_CONFIG_FILE
 from nodeagent.join.token import BootstrapToken, JoinError
 
 FLAGS_FILE: Final = "join-flags.env"
@@ -52,15 +61,24 @@ class JoinPaths:
     bootstrap_kubeconfig: Path
     flags_file: Path
     client_ca: Path | None = None  # None: the configuration names its own client CA
+    kubelet_config: Path | None = None  # None: the cluster publishes no kubelet configuration
 
     def written(self) -> tuple[Path, ...]:
         ca = () if self.client_ca is None else (self.client_ca,)
-        return (self.bootstrap_kubeconfig, *ca, self.flags_file)
+        kubelet = () if self.kubelet_config is None else (self.kubelet_config,)
+        return (self.bootstrap_kubeconfig, *ca, *kubelet, self.flags_file)
 
 
 def paths_for(
-    *, kubeconfig: str, bootstrap_kubeconfig: str, root_dir: str, client_ca_file: str = ""
+    *,
+    kubeconfig: str,
+    bootstrap_kubeconfig: str,
+    root_dir: str,
+    client_ca_file: str = "",
+    cluster_kubelet_config: str = "",
 ) -> JoinPaths:
+    """Where join writes; ``kubelet_config`` is where the cluster's kubelet configuration goes
+    if the cluster publishes one (the caller drops it when not)."""
     node_kubeconfig = Path(kubeconfig)
     boot = (
         Path(bootstrap_kubeconfig)
@@ -72,6 +90,7 @@ def paths_for(
         bootstrap_kubeconfig=boot,
         flags_file=Path(root_dir) / FLAGS_FILE,
         client_ca=None if client_ca_file else Path(root_dir) / CLIENT_CA_FILE,
+        kubelet_config=Path(cluster_kubelet_config or Path(root_dir) / KUBELET_CONFIG_FILE),
     )
 
 
@@ -80,6 +99,8 @@ def agent_flags(paths: JoinPaths, *, node_name: str | None, node_ip: str | None)
     flags = [f"--bootstrap-kubeconfig={paths.bootstrap_kubeconfig}"]
     if paths.client_ca is not None:
         flags.append(f"--client-ca-file={paths.client_ca}")
+    if paths.kubelet_config is not None:
+        flags.append(f"--cluster-kubelet-config={paths.kubelet_config}")
     if node_name:
         flags.append(f"--hostname-override={node_name}")
     if node_ip:
@@ -125,14 +146,24 @@ def render_flags_env(flags: Sequence[str]) -> str:
 
 
 def write_join_files(
-    paths: JoinPaths, *, server: str, ca_pem: bytes, token: BootstrapToken, flags: Sequence[str]
+    paths: JoinPaths,
+    *,
+    server: str,
+    ca_pem: bytes,
+    token: BootstrapToken,
+    flags: Sequence[str],
+    kubelet_config: str | None = None,
 ) -> None:
+    """Write every file; ``kubelet_config`` (the rendered cluster kubelet configuration) goes
+    to ``paths.kubelet_config`` when both are given."""
     write_private(
         paths.bootstrap_kubeconfig,
         render_bootstrap_kubeconfig(server=server, ca_pem=ca_pem, token=token).encode(),
     )
     if paths.client_ca is not None:
         write_atomic(paths.client_ca, ca_pem, mode=0o644, dir_mode=0o700)
+    if paths.kubelet_config is not None and kubelet_config is not None:
+        write_atomic(paths.kubelet_config, kubelet_config.encode(), mode=0o644, dir_mode=0o700)
     write_atomic(paths.flags_file, render_flags_env(flags).encode(), mode=0o644, dir_mode=0o700)
 
 

@@ -25,7 +25,13 @@ kube-proxy's own endpoints: :mod:`.health` and :mod:`.healthserver` serve ``/hea
 over twice ``syncPeriod``, ``/healthz`` also while the Node is deleted or tainted
 ``ToBeDeletedByClusterAutoscaler``) and each LoadBalancer Service's ``healthCheckNodePort``
 (``externalTrafficPolicy: Local``) on the NodePort addresses: 200 with ready endpoints on this
-node, else 503, with kube-proxy's JSON. :mod:`.metricsserver` serves the ``kubeproxy_*``
-metrics (:mod:`.metrics`) on ``proxy.metricsBindAddress`` (127.0.0.1:10249) as kube-proxy
-does, apart from the kubelet's ``/metrics``.
+node, else 503, with kube-proxy's JSON; a port that cannot be bound gives the Service a
+Warning Event ``FailedToStartServiceHealthcheck``. :mod:`.metricsserver` serves the
+``kubeproxy_*`` metrics (:mod:`.metrics`) on ``proxy.metricsBindAddress`` (127.0.0.1:10249) as
+kube-proxy does, apart from the kubelet's ``/metrics``, including the conntrack reconciler's
+(``kubeproxy_conntrack_reconciler_sync_duration_seconds``, ``..._deleted_entries_total``).
+
+Events: :mod:`.recorder` posts kube-proxy's ``events.k8s.io/v1`` Events (reporting
+controller ``kube-proxy``, instance ``kube-proxy-<hostname>``), apart from the kubelet's
+``core/v1`` recorder (:mod:`nodeagent.events`).
 """

@@ -3,9 +3,10 @@
 :meth:`FamilyTable.full` rebuilds what the table holds from every service port and applies it
 in one transaction (see :mod:`nodeagent.proxy.render`), or, when a first sync finds a table that
 holds nothing, in steps; :meth:`FamilyTable.partial` applies only the element changes of the
-given service ports. After a transaction commits, stale UDP flows are deleted; before it is
-built, affinity entries that point at endpoints a service no longer uses are listed so the same
-transaction deletes them.
+given service ports. After a transaction commits, stale UDP flows are deleted (a pass timed
+as kube-proxy's conntrack reconciler when a UDP service port's endpoints or addresses changed,
+as kube-proxy runs it only then); before it is built, affinity entries that point at endpoints
+a service no longer uses are listed so the same transaction deletes them.
 
 The nft processes of a full sync run beside the Python work (:mod:`nodeagent.proxy.overlap`):
 the table is listed while the rules are built, a step is built while nft loads the one before,
@@ -14,6 +15,7 @@ and the rules are indexed for later partial syncs while nft loads the last.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +43,8 @@ class Applied:
     operations: int
     stale_flows: int = 0
     conntrack_errors: tuple[str, ...] = ()
+    conntrack_seconds: float | None = None
+    """How long the stale UDP flow cleanup took; None when no UDP service port changed."""
 
 
 class FamilyTable:
@@ -224,14 +228,18 @@ class FamilyTable:
         entries that had no endpoints (skipped after a restart: the targets before it are
         unknown). Only un-NATed flows are chosen for the latter, so a flow load-balanced in the
         moment between the commit and this cleanup is kept."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        required = False
         calls: list[tuple[str | None, int, str | None, str | None]] = []
         for before, new in changes:
             old_targets = before.udp_targets if before else frozenset()
             new_targets = new.udp_targets if new else frozenset()
+            old_served = before.udp_served if before else frozenset()
+            new_served = new.udp_served if new else frozenset()
+            required = required or old_targets != new_targets or old_served != new_served
             calls += [(e or None, p, ep, None) for e, p, ep in sorted(old_targets - new_targets)]
             if not initial:
-                old_served = before.udp_served if before else frozenset()
-                new_served = new.udp_served if new else frozenset()
                 calls += [
                     (ip, p, None, ip)
                     for e, p in sorted(new_served - old_served)
@@ -249,7 +257,8 @@ class FamilyTable:
                 )
             except ConntrackError as e:
                 errors.append(str(e))
-        return Applied(operations, deleted, tuple(errors))
+        seconds = loop.time() - start if required else None
+        return Applied(operations, deleted, tuple(errors), seconds)
 
 
 def _indexed(programmed: Programmed) -> None:

@@ -4,19 +4,27 @@
 load balancers poll to learn which nodes have local endpoints.
 
 A port that cannot be bound is logged and retried (kube-proxy: its health server every 5 s; a
-Service's health check at the next sync, with a ``FailedToStartServiceHealthcheck`` log
-line); the proxy keeps running either way. The answers come from :mod:`.health`.
+Service's health check at the next sync, each time with a Warning Event
+``FailedToStartServiceHealthcheck`` on the Service, action ``Listen``, and kube-proxy's note:
+``node <node> failed to start healthcheck "<ns>/<name>" on port <port>: listen tcp4
+<address>:<port>: bind: address already in use``); the proxy keeps running either way. The
+answers come from :mod:`.health`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
 
+from nodeagent.events import ObjectReference
+from nodeagent.gotext import quote
 from nodeagent.log import Logger, get_logger
 from nodeagent.proxy.health import ProxyHealth, service_health_body
 from nodeagent.proxy.model import ServiceName
@@ -30,6 +38,23 @@ def split_host_port(address: str) -> tuple[str, int]:
     """``host:port`` / ``[v6]:port`` to (host, port)."""
     host, _, port = address.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class ServiceEvents(Protocol):
+    """Where the proxy's Events go (:class:`~nodeagent.proxy.recorder.ProxyEventRecorder`)."""
+
+    def eventf(
+        self, ref: ObjectReference, type: str, reason: str, action: str, note: str
+    ) -> None: ...
+
+
+def listen_error(address: str, port: int, error: OSError) -> str:
+    """A failed bind as Go's ``net.Listen`` words it: ``listen tcp4 0.0.0.0:30000: bind:
+    address already in use`` (kube-proxy listens ``tcp4`` or ``tcp6`` by the address's family)."""
+    v6 = ipaddress.ip_address(address).version == 6
+    where = f"[{address}]:{port}" if v6 else f"{address}:{port}"
+    cause = os.strerror(error.errno).lower() if error.errno else str(error)
+    return f"listen {'tcp6' if v6 else 'tcp4'} {where}: bind: {cause}"
 
 
 def _answer(status: int, body: str, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -101,6 +126,8 @@ class ServiceHealthServers:
 
     addresses: tuple[str, ...]
     health: ProxyHealth
+    node_name: str = ""
+    events: ServiceEvents | None = None
     log: Logger = field(default_factory=lambda: get_logger("proxy"))
     _checks: dict[ServiceName, _Check] = field(default_factory=dict)
 
@@ -138,14 +165,25 @@ class ServiceHealthServers:
         app.router.add_route("*", "/{tail:.*}", handle)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
+        address = ""
         try:
             for address in self.addresses or ("0.0.0.0",):
                 await web.TCPSite(runner, address, port, reuse_address=True).start()
         except OSError as e:
             await runner.cleanup()
-            self.log.error(
-                "Failed to start healthcheck", service=str(name), port=port, error=str(e)
-            )
+            error = listen_error(address, port, e)
+            if self.events is not None:
+                note = (
+                    f"node {self.node_name} failed to start healthcheck {quote(str(name))}"
+                    f" on port {port}: {error}"
+                )
+                ref = ObjectReference(
+                    kind="Service", name=name.name, namespace=name.namespace, api_version="v1"
+                )
+                self.events.eventf(
+                    ref, "Warning", "FailedToStartServiceHealthcheck", "Listen", note
+                )
+            self.log.error("Failed to start healthcheck", service=str(name), port=port, error=error)
             return None
         self.log.v(2).info("Opening healthcheck", service=str(name), port=port)
         return _Check(port=port, runner=runner)

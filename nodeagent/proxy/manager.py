@@ -263,8 +263,11 @@ class ProxyManager:
         m.chains.set(chains)
         m.rules.set(rules)
         m.elements.set(elements)
+        for family, a in zip(self._tables, applied, strict=True):
+            if a.conntrack_seconds is not None:
+                m.conntrack_sync_duration[family].observe(a.conntrack_seconds)
+                m.conntrack_deleted[family].inc(a.stale_flows)
         flows = sum(a.stale_flows for a in applied)
-        m.conntrack_deleted.inc(flows)
         for error in (e for a in applied for e in a.conntrack_errors):
             self._log.warning("Cannot delete stale UDP flows", error=error)
         self._log.v(2).info(

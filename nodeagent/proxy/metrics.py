@@ -4,12 +4,17 @@ Names, help texts and buckets follow kube-proxy's (``kubeproxy_`` subsystem) so 
 dashboards and alerts read them; the nftables object counts, which kube-proxy does not export,
 are ``nodeagent_proxy_*``. Change counters count the Service and EndpointSlice changes the
 proxy saw between two syncs (several updates of one object between two syncs count once).
+The conntrack reconciler's metrics are kept per IP family (:class:`ByFamily`): each family's
+cleanup pass deletes its own flows, and, as kube-proxy's vectors, a family shows no series
+before its first pass.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 
 @dataclass(slots=True)
@@ -48,6 +53,26 @@ class Histogram:
         self.counts[bisect.bisect_left(self.buckets, value)] += 1
         self.sum += value
         self.count += 1
+
+
+M = TypeVar("M", Counter, Histogram)
+
+
+@dataclass(slots=True)
+class ByFamily(Generic[M]):
+    """One metric per IP family (``ip``, ``ip6``), each made at its first use."""
+
+    name: str
+    help: str
+    make: Callable[[str, str], M]
+    histogram: bool = False
+    series: dict[str, M] = field(default_factory=dict)
+
+    def __getitem__(self, family: str) -> M:
+        metric = self.series.get(family)
+        if metric is None:
+            metric = self.series[family] = self.make(self.name, self.help)
+        return metric
 
 
 def exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -106,9 +131,18 @@ class ProxyMetrics:
             "In Cluster Network Programming Latency in seconds",
             tuple(float(b) for b in PROGRAMMING_BUCKETS),
         )
-        self.conntrack_deleted = Counter(
+        self.conntrack_sync_duration: ByFamily[Histogram] = ByFamily(
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+            "ReconcileConntrackFlowsLatency latency in seconds",
+            lambda name, help: Histogram(name, help, SYNC_BUCKETS),
+            histogram=True,
+        )
+        """One cleanup pass of stale UDP flows, after a sync that changed a UDP service
+        port's endpoints."""
+        self.conntrack_deleted: ByFamily[Counter] = ByFamily(
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
             "Cumulative conntrack flows deleted by conntrack reconciler",
+            Counter,
         )
         self.endpoint_changes = Counter(
             "kubeproxy_sync_proxy_rules_endpoint_changes_total",
@@ -142,3 +176,6 @@ class ProxyMetrics:
 
     def all(self) -> list[Counter | Gauge | Histogram]:
         return [v for v in vars(self).values() if isinstance(v, Counter | Gauge | Histogram)]
+
+    def by_family(self) -> list[ByFamily[Counter] | ByFamily[Histogram]]:
+        return [self.conntrack_sync_duration, self.conntrack_deleted]

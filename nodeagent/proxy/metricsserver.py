@@ -8,7 +8,8 @@ look for ``kubeproxy_*`` on the kube-proxy port, without the kubelet's TLS and a
 nodeagent replacing both daemons keeps both ports, so neither kind of scrape changes.
 
 The metrics kube-proxy labels by ``ip_family`` carry one series per family this node proxies
-(``IPv4``, ``IPv6``): one sync programs every family, so each family shows the same sync.
+(``IPv4``, ``IPv6``): one sync programs every family, so each family shows the same sync. The
+conntrack reconciler's are each family's own, from its first cleanup pass on.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from nodeagent.log import Logger, get_logger
 from nodeagent.proxy.healthserver import serve_forever
-from nodeagent.proxy.metrics import Counter, Gauge, Histogram, ProxyMetrics
+from nodeagent.proxy.metrics import ByFamily, Counter, Gauge, Histogram, ProxyMetrics
 from nodeagent.proxy.model import IP_FAMILY_NAMES
 
 
@@ -47,11 +48,12 @@ class ProxyCollector(Collector):
             for x in (
                 m.sync_duration, m.full_sync_duration, m.partial_sync_duration, m.last_sync,
             m.last_queued, m.sync_failures, m.cleanup_failures, m.network_programming,
-                m.conntrack_deleted,
             )
         }  # fmt: skip
         for metric in m.all():
             yield _family(metric, self._families if id(metric) in per_family else None)
+        for vector in m.by_family():
+            yield _by_family(vector)
         no_local = GaugeMetricFamily(
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
             "Number of services with a Local traffic policy and no endpoints",
@@ -70,16 +72,37 @@ class ProxyCollector(Collector):
             yield total
 
 
+def _buckets(metric: Histogram) -> list[tuple[str, float]]:
+    cumulative, buckets = 0, []
+    for bound, count in zip((*metric.buckets, float("inf")), metric.counts, strict=True):
+        cumulative += count
+        le = prometheus_client.utils.floatToGoString(bound)  # type: ignore[no-untyped-call]
+        buckets.append((le, float(cumulative)))
+    return buckets
+
+
+def _by_family(vector: ByFamily[Counter] | ByFamily[Histogram]) -> Metric:
+    """A metric labelled ``ip_family``, one series per family that has one."""
+    series = sorted((IP_FAMILY_NAMES.get(f, f), m) for f, m in vector.series.items())
+    if vector.histogram:
+        h = HistogramMetricFamily(vector.name, vector.help, labels=["ip_family"])
+        for family, metric in series:
+            assert isinstance(metric, Histogram)
+            h.add_metric([family], _buckets(metric), metric.sum)
+        return h
+    c = CounterMetricFamily(vector.name.removesuffix("_total"), vector.help, labels=["ip_family"])
+    for family, metric in series:
+        assert isinstance(metric, Counter)
+        c.add_metric([family], metric.value)
+    return c
+
+
 def _family(metric: Counter | Gauge | Histogram, families: Iterable[str] | None) -> Metric:
     labels = ["ip_family"] if families is not None else []
     values = [[f] for f in families] if families is not None else [[]]
     if isinstance(metric, Histogram):
         h = HistogramMetricFamily(metric.name, metric.help, labels=labels)
-        cumulative, buckets = 0, []
-        for bound, count in zip((*metric.buckets, float("inf")), metric.counts, strict=True):
-            cumulative += count
-            le = prometheus_client.utils.floatToGoString(bound)  # type: ignore[no-untyped-call]
-            buckets.append((le, cumulative))
+        buckets = _buckets(metric)
         for v in values:
             h.add_metric(v, buckets, metric.sum)
         return h

@@ -10,6 +10,7 @@ object too). Until then nothing is programmed; rules left by an earlier run stay
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,9 +32,10 @@ from nodeagent.proxy.api import (
 )
 from nodeagent.proxy.conntrack import Conntrack, ConntrackTool
 from nodeagent.proxy.health import ProxyHealth
-from nodeagent.proxy.healthserver import ServiceHealthServers, serve_proxy_health
+from nodeagent.proxy.healthserver import ServiceEvents, ServiceHealthServers, serve_proxy_health
 from nodeagent.proxy.manager import ProxyManager
 from nodeagent.proxy.metricsserver import ProxyCollector, serve_proxy_metrics
+from nodeagent.proxy.recorder import ProxyEventRecorder, reporting_instance
 from nodeagent.proxy.settings import TABLE, settings_from_config
 from nodeagent.proxy.tracking import ObjectStore
 
@@ -82,6 +84,7 @@ class ServiceProxy:
         clock: Clock,
         nft: Callable[[Family], NFTablesInterface] | None = None,
         conntrack: Conntrack | None = None,
+        events: ServiceEvents | None = None,
         log: Logger | None = None,
     ) -> None:
         self._config = config
@@ -95,6 +98,7 @@ class ServiceProxy:
         self._clock = clock
         self._nft = nft or (lambda family: NFTables(family=family, table=TABLE))
         self._conntrack = conntrack or ConntrackTool()
+        self._events = events
         self._log = log or get_logger("proxy")
         self.manager: ProxyManager | None = None
 
@@ -140,7 +144,13 @@ class ServiceProxy:
         )
         # kube-proxy's health timeout: twice the sync period
         health = ProxyHealth(now=self._clock.now, health_timeout=2 * settings.sync_period)
-        service_health = ServiceHealthServers(addresses=settings.nodeport_ips, health=health)
+        service_health = ServiceHealthServers(
+            addresses=settings.nodeport_ips,
+            health=health,
+            node_name=self._node_name,
+            events=self._events,
+            log=self._log,
+        )
         self.manager = ProxyManager(
             settings=settings,
             services=self._services,
@@ -225,11 +235,15 @@ def proxy_managers(
     node_cache: WatchCache,
     local_ips: Callable[[], Iterable[str]],
 ) -> list[Manager]:
-    """The Service and EndpointSlice caches and the proxy, in start order; none when
-    ``proxy.enabled`` is false."""
+    """The Service and EndpointSlice caches, the proxy's Event recorder and the proxy, in
+    start order; none when ``proxy.enabled`` is false."""
     if not config.proxy.enabled:
         return []
     services, slices = proxy_caches(api)
+    # kube-proxy's recorder names the host, whatever the node is called
+    events = ProxyEventRecorder(
+        api=api, clock=clock, instance=reporting_instance(socket.gethostname())
+    )
     proxy = ServiceProxy(
         config=config,
         node_name=node_name,
@@ -240,5 +254,6 @@ def proxy_managers(
         services=services,
         slices=slices,
         clock=clock,
+        events=events,
     )
-    return [services, slices, proxy]
+    return [services, slices, events, proxy]

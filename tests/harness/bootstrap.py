@@ -1,5 +1,6 @@
-"""API objects for joining nodes: bootstrap-token Secrets, `kube-public/cluster-info` and the RBAC
-kubeadm installs for them (`kubeadm init`'s bootstrap-token phase of the pinned Kubernetes).
+"""API objects for joining nodes: bootstrap-token Secrets, `kube-public/cluster-info`,
+`kube-system/kubelet-config` and the RBAC kubeadm installs for them (`kubeadm init`'s
+bootstrap-token and upload-config phases of the pinned Kubernetes).
 
 Pure builders; `ControlPlane` applies them with kubectl.
 """
@@ -21,6 +22,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 # kubeadm's NodeBootstrapTokenAuthGroup: its tokens' auth-extra-groups, and whom its RBAC binds.
 EXTRA_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 CLUSTER_INFO_ROLE = "kubeadm:bootstrap-signer-clusterinfo"
+KUBELET_CONFIG_ROLE = "kubeadm:kubelet-config"  # kubeadm's KubeletBaseConfigMapRole
+KUBELET_CONFIG = "kubelet-config"  # kubeadm's KubeletBaseConfigurationConfigMap (key "kubelet")
 GET_NODES_ROLE = "kubeadm:get-nodes"
 _ALPHABET = string.ascii_lowercase + string.digits
 
@@ -189,6 +192,99 @@ def cluster_info_rbac() -> dict[str, Any]:
         "metadata": meta,
         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": CLUSTER_INFO_ROLE},
         "subjects": [{"apiGroup": rbac, "kind": "User", "name": "system:anonymous"}],
+    }
+    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+
+
+def kubelet_config(*, cluster_dns: str, cluster_domain: str) -> dict[str, Any]:
+    """`kube-system/kubelet-config` as `kubeadm init` publishes it: the KubeletConfiguration
+    every joining node runs with, marshalled as Go writes it (the durations kubeadm leaves
+    unset as `0s`, empty structs as `{}`).
+
+    The settings are kubeadm's defaults (Webhook authentication and authorization, certificate
+    rotation, a serving certificate from the kubelet-serving signer) with the harness's DNS.
+    Not here, because the harness's nodes differ: `cgroupDriver` (kubeadm's `systemd`; the
+    namespace nodes use cgroupfs, the VM guest systemd, each in its own file) and
+    `staticPodPath` (none of them runs static control-plane pods). `serverTLSBootstrap: true`
+    means a node serves its API only once its kubelet-serving CSR is approved; nothing
+    approves those by default, the harness does as an operator would
+    (`join_up.approve_serving_csr`).
+    """
+    kubelet = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"cacheTTL": "0s", "enabled": True},
+            "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+        },
+        "authorization": {
+            "mode": "Webhook",
+            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+        },
+        "clusterDNS": [cluster_dns],
+        "clusterDomain": cluster_domain,
+        "containerRuntimeEndpoint": "",
+        "cpuManagerReconcilePeriod": "0s",
+        "crashLoopBackOff": {},
+        "evictionPressureTransitionPeriod": "0s",
+        "fileCheckFrequency": "0s",
+        "healthzBindAddress": "127.0.0.1",
+        "httpCheckFrequency": "0s",
+        "imageMaximumGCAge": "0s",
+        "imageMinimumGCAge": "0s",
+        "logging": {
+            "flushFrequency": 0,
+            "options": {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}},
+            "verbosity": 0,
+        },
+        "memorySwap": {},
+        "nodeStatusReportFrequency": "0s",
+        "nodeStatusUpdateFrequency": "0s",
+        "rotateCertificates": True,
+        "runtimeRequestTimeout": "0s",
+        "serverTLSBootstrap": True,
+        "shutdownGracePeriod": "0s",
+        "shutdownGracePeriodCriticalPods": "0s",
+        "streamingConnectionIdleTimeout": "0s",
+        "syncFrequency": "0s",
+        "volumeStatsAggPeriod": "0s",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": KUBELET_CONFIG, "namespace": "kube-system"},
+        "data": {"kubelet": yaml.safe_dump(kubelet, sort_keys=False)},
+    }
+
+
+def kubelet_config_rbac() -> dict[str, Any]:
+    """kubeadm's Role and RoleBinding `kubeadm:kubelet-config`: bootstrap tokens (to join) and
+    nodes may get `kube-system/kubelet-config`, and only it."""
+    rbac = "rbac.authorization.k8s.io"
+    meta = {"name": KUBELET_CONFIG_ROLE, "namespace": "kube-system"}
+    role = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "Role",
+        "metadata": meta,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [KUBELET_CONFIG],
+                "verbs": ["get"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "RoleBinding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": KUBELET_CONFIG_ROLE},
+        "subjects": [
+            {"apiGroup": rbac, "kind": "Group", "name": "system:nodes"},
+            {"apiGroup": rbac, "kind": "Group", "name": EXTRA_GROUP},
+        ],
     }
     return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
 

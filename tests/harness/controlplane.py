@@ -184,6 +184,15 @@ class ControlPlane:
         self.apply(bootstrap.cluster_info_rbac())
         self.apply(bootstrap.cluster_info(server=self.server, ca_pem=self.ca_path.read_bytes()))
 
+    def publish_kubelet_config(self) -> None:
+        """`kube-system/kubelet-config` and its RBAC, as `kubeadm init` makes them: the kubelet
+        settings `nodeagent join` downloads with the bootstrap token."""
+        self.apply(bootstrap.kubelet_config_rbac())
+        dns = load_versions().cluster_dns_ip  # the kube-dns Service's address (harness.coredns)
+        self.apply(
+            bootstrap.kubelet_config(cluster_dns=dns, cluster_domain=self.network.cluster_domain)
+        )
+
     def join_command(self, *, ttl: datetime.timedelta = datetime.timedelta(hours=24)) -> str:
         """A new bootstrap token and the `nodeagent join` line that uses it, as `kubeadm token
         create --print-join-command` prints (kubeadm's default TTL, 24 h)."""
@@ -405,6 +414,7 @@ def _start_components(
             watch=[apiserver],
         )
         plane.publish_cluster_info()
+        plane.publish_kubelet_config()
         launch(
             "kube-controller-manager",
             controller_manager_argv(

@@ -2,6 +2,9 @@
 
 - :func:`print_join_command`: what `kubeadm token create --print-join-command` prints, for the
   running `make up` cluster (a new 24 h token each time); `make join-command` prints it.
+- :func:`approve_serving_csr`: what an operator does for a node that joined: approve its
+  kubelet-serving CSR (the cluster's kubelet configuration asks for `serverTLSBootstrap`, and
+  nothing approves those by default); the node's API answers only once it is issued.
 - :func:`join_and_start`: one more node: `nodeagent join --no-start` with its own config
   (discovery, the pin, the bootstrap kubeconfig and flags written by the agent's own code),
   then `nodeagent run --config <config> <the flags join wrote>` started, which does TLS
@@ -12,9 +15,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -25,6 +30,7 @@ from nodeagent.join.files import FLAGS_FILE, read_flags_env
 
 JOIN_TIMEOUT = 120.0
 DEFAULT_ROOT = "/var/lib/nodeagent"
+SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 
 
 class JoinFailed(RuntimeError):
@@ -36,8 +42,42 @@ def print_join_command(plane: ControlPlane) -> None:
     cluster-info and kubeadm's RBAC: a cluster started by an older harness has neither)."""
     plane.apply(bootstrap.tls_bootstrap_rbac())
     plane.publish_cluster_info()
+    plane.publish_kubelet_config()
     print(">>> to add a node, run on it (a new 24 h token each time: `make join-command`):")
     print(f"    {plane.join_command()}", flush=True)
+    print(
+        ">>> then approve its serving certificate (serverTLSBootstrap: the node's API answers "
+        "logs/exec once it is issued): kubectl get csr; kubectl certificate approve <name>",
+        flush=True,
+    )
+
+
+def approve_serving_csr(
+    plane: ControlPlane,
+    node: str,
+    *,
+    timeout: float = 120.0,
+    waiting: Callable[[], bool] = lambda: True,
+) -> str | None:
+    """Approve ``node``'s pending kubelet-serving CSR once it is there, as an operator does with
+    `kubectl certificate approve`; the controller-manager then signs it. Returns the CSR's name,
+    or None when none came within ``timeout`` or ``waiting()`` turned false (the agent stopped,
+    or it has a serving pair already: a node that kept its pair asks for nothing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for item in json.loads(plane.kubectl("get", "csr", "-o", "json").stdout)["items"]:
+            spec, status = item.get("spec", {}), item.get("status", {})
+            if spec.get("signerName") != SERVING_SIGNER:
+                continue
+            if spec.get("username") != f"system:node:{node}":
+                continue
+            if not status.get("conditions"):
+                name = str(item["metadata"]["name"])
+                plane.kubectl("certificate", "approve", name)
+                return name
+        if not waiting() or time.monotonic() > deadline:
+            return None
+        time.sleep(1)
 
 
 def join_and_start(

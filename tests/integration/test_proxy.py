@@ -10,10 +10,14 @@ import asyncio
 import contextlib
 import difflib
 import json
+import random
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import aiohttp
+import prometheus_client
 import pytest
 from harness.controlplane import ControlPlane
 from harness.versions import load_versions
@@ -23,8 +27,12 @@ from nodeagent.apiserver import ApiClient, PatchType, Resource, load_kubeconfig
 from nodeagent.clock import RealClock
 from nodeagent.nft import NFTables
 from nodeagent.proxy.conntrack import ConntrackTool
+from nodeagent.proxy.health import ProxyHealth
+from nodeagent.proxy.healthserver import ServiceHealthServers
 from nodeagent.proxy.inspect import Row, service_table
 from nodeagent.proxy.manager import ProxyManager
+from nodeagent.proxy.metricsserver import ProxyCollector, serve_proxy_metrics
+from nodeagent.proxy.recorder import EVENTS_V1, ProxyEventRecorder, reporting_instance
 from nodeagent.proxy.service import proxy_caches
 from nodeagent.proxy.settings import ProxySettings
 
@@ -105,8 +113,23 @@ def cluster(control_plane: ControlPlane) -> Iterator[Cluster]:
 class RunningProxy:
     """A ProxyManager with its own API client and caches, as the agent wires it."""
 
-    def __init__(self, plane: ControlPlane, topo: Topology) -> None:
+    def __init__(
+        self, plane: ControlPlane, topo: Topology, *, health_on: str | None = None
+    ) -> None:
         self.api = ApiClient(endpoint=load_kubeconfig(plane.admin_kubeconfig))
+        self.events = ProxyEventRecorder(
+            api=self.api, clock=RealClock(), instance=reporting_instance("px-host")
+        )
+        # the Services' health checks, on this address of the test's own namespace
+        service_health = None
+        if health_on is not None:
+            service_health = ServiceHealthServers(
+                addresses=(health_on,),
+                health=ProxyHealth(now=RealClock().now),
+                node_name=NODE_NAME,
+                events=self.events,
+            )
+        self.service_health = service_health
         services, slices = proxy_caches(self.api)
         in_node = ("ip", "netns", "exec", topo.node)
         self.manager = ProxyManager(
@@ -121,21 +144,25 @@ class RunningProxy:
             nft={"ip": NFTables(family="ip", table="nodeagent", argv=(*in_node, "nft"))},
             conntrack=ConntrackTool(argv=(*in_node, "conntrack")),
             clock=RealClock(),
+            service_health=service_health,
         )
-        self.tasks = [
-            asyncio.create_task(t) for t in (services.run(), slices.run(), self.manager.run())
-        ]
+        runs = (services.run(), slices.run(), self.events.run(), self.manager.run())
+        self.tasks = [asyncio.create_task(t) for t in runs]
 
     async def stop(self) -> None:
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.service_health is not None:
+            await self.service_health.close()
         await self.api.aclose()
 
 
 @contextlib.asynccontextmanager
-async def running_proxy(plane: ControlPlane, topo: Topology) -> AsyncIterator[ProxyManager]:
-    proxy = RunningProxy(plane, topo)
+async def running_proxy(
+    plane: ControlPlane, topo: Topology, *, health_on: str | None = None
+) -> AsyncIterator[ProxyManager]:
+    proxy = RunningProxy(plane, topo, health_on=health_on)
     try:
         await eventually(lambda: _synced(proxy.manager), what="the first full sync")
         yield proxy.manager
@@ -357,6 +384,109 @@ async def test_a_stale_udp_flow_is_cleared_when_its_endpoint_goes_away(
         flows = await topology.run("node", "conntrack", "-L", "-p", "udp")
         assert got == ["b2"], flows
         await cluster.delete("service/dns", "endpointslice/dns-px")
+
+
+def _taken_node_port() -> socket.socket:
+    """A listener on 127.0.0.1 at a free port of the NodePort range, held by the test."""
+    for port in random.sample(range(30000, 32768), 200):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
+        s.listen()
+        return s
+    raise AssertionError("no free port in the NodePort range")
+
+
+async def test_a_health_check_port_in_use_gives_the_service_kube_proxys_warning_event(
+    control_plane: ControlPlane, topology: Topology, cluster: Cluster
+) -> None:
+    with _taken_node_port() as taken:
+        port = taken.getsockname()[1]
+        async with running_proxy(control_plane, topology, health_on="127.0.0.1") as manager:
+            await cluster.service(
+                "lb", type="LoadBalancer", externalTrafficPolicy="Local", healthCheckNodePort=port
+            )
+            api = ApiClient(endpoint=load_kubeconfig(control_plane.admin_kubeconfig))
+            found: list[Any] = []
+
+            async def event_posted() -> bool:
+                listed = await api.list(EVENTS_V1, namespace=cluster.namespace)
+                found[:] = [
+                    e for e in listed.items if e.get("reason") == "FailedToStartServiceHealthcheck"
+                ]
+                return bool(found)
+
+            try:
+                await eventually(event_posted, what="the FailedToStartServiceHealthcheck Event")
+            finally:
+                await api.aclose()
+            assert manager.metrics.sync_duration.count > 0
+            (event,) = found
+            assert event["type"] == "Warning"
+            assert event["action"] == "Listen"
+            assert event["reportingController"] == "kube-proxy"
+            assert event["reportingInstance"] == "kube-proxy-px-host"
+            assert event["regarding"] == {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "namespace": cluster.namespace,
+                "name": "lb",
+            }
+            assert event["note"] == (
+                f'node {NODE_NAME} failed to start healthcheck "{cluster.namespace}/lb" on port'
+                f" {port}: listen tcp4 127.0.0.1:{port}: bind: address already in use"
+            )
+            await cluster.delete("service/lb")
+
+
+async def test_the_conntrack_reconciler_histogram_is_scraped_after_a_udp_endpoint_change(
+    control_plane: ControlPlane, topology: Topology, cluster: Cluster
+) -> None:
+    name = "kubeproxy_conntrack_reconciler_sync_duration_seconds"
+    async with running_proxy(control_plane, topology) as manager:
+        registry = prometheus_client.CollectorRegistry(auto_describe=False)
+        registry.register(ProxyCollector(lambda: manager.metrics, ("ip",)))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{s.getsockname()[1]}"
+        server = asyncio.create_task(serve_proxy_metrics(address, registry))
+        try:
+            async with aiohttp.ClientSession() as http:
+
+                async def count() -> float:
+                    async with http.get(f"http://{address}/metrics") as r:
+                        text = await r.text()
+                    for line in text.splitlines():
+                        if line.startswith(f'{name}_count{{ip_family="IPv4"}}'):
+                            return float(line.split()[-1])
+                    return 0.0
+
+                async def scraped() -> bool:
+                    with contextlib.suppress(aiohttp.ClientError):
+                        await count()
+                        return True
+                    return False
+
+                await eventually(scraped, what="the metrics server")
+                seen = await count()
+                await cluster.service("ntp", port=123, protocol="UDP")
+                await cluster.endpoints("ntp", ["b1"], port=5353, protocol="UDP")
+
+                async def observed() -> bool:
+                    return await count() > seen
+
+                await eventually(observed, what=f"{name} to count the cleanup pass")
+                async with http.get(f"http://{address}/metrics") as r:
+                    text = await r.text()
+                assert f"# TYPE {name} histogram" in text
+                assert f'{name}_bucket{{ip_family="IPv4",le="16.384"}}' in text
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+        await cluster.delete("service/ntp", "endpointslice/ntp-px")
 
 
 TRAFFIC = """

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from harness.controlplane import ControlPlane
+from harness.netsafety import CLUSTER_DNS
 from harness.vm import Machine
 from harness.vm.guest import GUEST_DIR, journal_cursor, wait_until
 from harness.vm.join import join_guest, route_apiserver
@@ -187,8 +188,13 @@ def test_the_joined_node_becomes_ready_with_its_own_certificate(
     assert (
         'NODEAGENT_JOIN_ARGS="--bootstrap-kubeconfig=/etc/nodeagent/bootstrap-kubeconfig'
         " --client-ca-file=/var/lib/nodeagent/pki/ca.crt"
+        " --cluster-kubelet-config=/var/lib/nodeagent/kubelet-config.yaml"
         f' --hostname-override={NODE} --node-ip={GUEST_IP}"'
     ) in flags
+    # The cluster's kubelet settings (kube-system/kubelet-config) reached the guest.
+    cluster_kubelet = yaml.safe_load(vm.check("cat /var/lib/nodeagent/kubelet-config.yaml"))
+    assert cluster_kubelet["serverTLSBootstrap"] is True, cluster_kubelet
+    assert cluster_kubelet["clusterDNS"] == [CLUSTER_DNS], cluster_kubelet
     # The CA the join verified is the one the node's server trusts for client certificates.
     ca_pem = control_plane.ca_path.read_text()
     assert vm.check("cat /var/lib/nodeagent/pki/ca.crt").strip() == ca_pem.strip(), "pki/ca.crt"

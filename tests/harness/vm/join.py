@@ -2,8 +2,10 @@
 
 Nothing is copied into the guest but the join command the control plane prints (a bootstrap
 token and the CA's hash): `provision.sh --join` runs `nodeagent join`, which verifies
-`cluster-info`, writes the bootstrap kubeconfig and its flags, restarts the packaged service
-and waits for TLS bootstrap.
+`cluster-info`, downloads the cluster's kubelet configuration (`kube-system/kubelet-config`),
+writes the bootstrap kubeconfig and its flags, restarts the packaged service and waits for TLS
+bootstrap. Then the guest's kubelet-serving CSR is approved, as an operator approves it (the
+cluster's kubelet configuration sets `serverTLSBootstrap`).
 
 Networking: the join command names the apiserver as the cluster advertises it
 (`198.18.0.1:<port>`, in `cluster-info` too, so also in the bootstrap and node kubeconfigs),
@@ -22,6 +24,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from harness.controlplane import ControlPlane
+from harness.join_up import approve_serving_csr
 from harness.vm.guest import is_active, provision
 from harness.vm.machine import APISERVER_GUEST_PORT, Machine
 from harness.vm.rootfs import APISERVER_IP, GUEST_IP
@@ -29,6 +32,7 @@ from harness.vm.rootfs import APISERVER_IP, GUEST_IP
 APISERVER_TABLE: Final = "nodeagent-test-apiserver"
 JOIN_FLAGS: Final = "/var/lib/nodeagent/join-flags.env"
 NODE_KUBECONFIG: Final = "/etc/nodeagent/kubeconfig"
+SERVING_PAIR: Final = "/var/lib/nodeagent/pki/kubelet-server-current.pem"
 JOIN_TIMEOUT_S: Final = 600.0
 
 
@@ -79,7 +83,16 @@ def join_guest(
     assert command[:2] == ["nodeagent", "join"], command
     # A join restarts the agent (Type=notify) and waits for TLS bootstrap: under TCG on a busy
     # host that alone has taken minutes, so more than provisioning's usual 300 s.
-    return provision(
+    out = provision(
         vm, deb, "--join", " ".join(command[2:]), "--node-name", node, "--node-ip", GUEST_IP,
         *provision_args, timeout=JOIN_TIMEOUT_S,
     )  # fmt: skip
+    # The agent asks for its serving certificate once it knows its addresses (registration);
+    # one that kept its pair from an earlier join asks for nothing.
+    approve_serving_csr(
+        control_plane,
+        node,
+        timeout=JOIN_TIMEOUT_S,
+        waiting=lambda: is_active(vm) and vm.run(f"test -s {SERVING_PAIR}").rc != 0,
+    )
+    return out

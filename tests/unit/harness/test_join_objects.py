@@ -6,6 +6,7 @@ import pytest
 from harness import bootstrap
 from unit.join.join_vectors import EC_CA, EC_PIN, RSA_CA, RSA_PIN
 
+from nodeagent.join.kubeletconfig import from_configmap
 from nodeagent.join.verify import cluster_of
 
 
@@ -87,6 +88,9 @@ class _Plane:
     def publish_cluster_info(self) -> None:
         self.applied.append("cluster-info")
 
+    def publish_kubelet_config(self) -> None:
+        self.applied.append("kubelet-config")
+
     def join_command(self) -> str:
         return "nodeagent join 198.18.0.1:6443 --token a.b --discovery-token-ca-cert-hash sha256:c"
 
@@ -98,7 +102,38 @@ def test_make_up_prints_the_join_command_after_making_sure_of_cluster_info(
 
     plane = _Plane()
     join_up.print_join_command(plane)  # type: ignore[arg-type]  # a fake with only apply()
-    assert plane.applied == ["List", "cluster-info"]
+    assert plane.applied == ["List", "cluster-info", "kubelet-config"]
     out = capsys.readouterr().out.splitlines()
-    assert out[-1].strip() == plane.join_command()
-    assert "make join-command" in out[-2]
+    assert out[-2].strip() == plane.join_command()
+    assert "make join-command" in out[-3]
+    assert "kubectl certificate approve" in out[-1]
+
+
+def test_the_kubelet_config_is_kubeadms_configmap_and_nodeagent_reads_it() -> None:
+    cm = bootstrap.kubelet_config(cluster_dns="10.96.0.10", cluster_domain="cluster.local")
+    assert cm["metadata"] == {"name": "kubelet-config", "namespace": "kube-system"}
+    assert list(cm["data"]) == ["kubelet"]
+    cluster = from_configmap(cm)
+    assert cluster.skipped == ()  # kubeadm's unset values only; nothing nodeagent lacks is set
+    assert cluster.data["clusterDNS"] == ["10.96.0.10"]
+    assert cluster.data["clusterDomain"] == "cluster.local"
+    assert cluster.data["serverTLSBootstrap"] is True
+    assert "syncFrequency" not in cluster.data  # 0s: Go's unset, nodeagent's default
+
+
+def test_bootstrap_tokens_and_nodes_may_get_only_the_kubelet_config() -> None:
+    role, binding = bootstrap.kubelet_config_rbac()["items"]
+    assert role["metadata"] == {"name": "kubeadm:kubelet-config", "namespace": "kube-system"}
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["kubelet-config"],
+            "verbs": ["get"],
+        }
+    ]
+    assert binding["roleRef"]["name"] == "kubeadm:kubelet-config"
+    assert [s["name"] for s in binding["subjects"]] == [
+        "system:nodes",
+        "system:bootstrappers:kubeadm:default-node-token",
+    ]

@@ -13,9 +13,10 @@ from unit.join.join_vectors import EC_CA, EC_PIN, KUBECONFIG, KUBECONFIG_JWS, RS
 
 from nodeagent.__main__ import build_parser
 from nodeagent.apiserver import Forbidden, Obj
-from nodeagent.join import cli
+from nodeagent.join import cli, kubeletconfig
 from nodeagent.join.files import read_flags_env
 from nodeagent.join.token import BootstrapToken
+from nodeagent.testing.fake_apiserver import FakeApiServer
 
 pytestmark = pytest.mark.looptime
 
@@ -32,7 +33,9 @@ class FakeSteps(cli.Steps):
         systemd: bool = False,
         ready_node: bool | Exception = False,
         restart_problem: str | None = None,
+        api: FakeApiServer | None = None,
     ) -> None:
+        self.api = api or FakeApiServer()  # what the bootstrap token reads: no kubelet-config
         self.fetched: list[bytes | None] = []
         self.restarted = 0
         self.waited_for: list[Path] = []
@@ -59,8 +62,14 @@ class FakeSteps(cli.Steps):
             self.restarted += 1
             return restart_problem
 
+        async def fetch_kubelet_config(
+            *, server: str, ca_pem: bytes, token: BootstrapToken
+        ) -> Obj | kubeletconfig.NotPublished:
+            return await kubeletconfig.fetch(self.api)
+
         self.fetch = fetch
         self.ready_node_exists = ready_node_exists
+        self.fetch_kubelet_config = fetch_kubelet_config
         self.systemd_manages_agent = lambda: self._systemd
         self.restart_agent = restart
         self.wait_for_tls_bootstrap = wait

@@ -229,3 +229,30 @@ def test_the_metrics_carry_kube_proxys_names_and_ip_family_labels() -> None:
         'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="0.25"} 0.0',
     ):
         assert line in text.splitlines(), line
+
+
+def test_the_conntrack_reconciler_metrics_are_per_family_from_their_first_pass() -> None:
+    m = ProxyMetrics()
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(ProxyCollector(lambda: m, ("ip", "ip6")))
+    before = prometheus_client.generate_latest(registry).decode().splitlines()
+    assert not [line for line in before if line.startswith("kubeproxy_conntrack_reconciler")]
+
+    m.conntrack_sync_duration["ip"].observe(0.003)
+    m.conntrack_deleted["ip"].inc(2)
+    text = prometheus_client.generate_latest(registry).decode().splitlines()
+    for line in (
+        "# HELP kubeproxy_conntrack_reconciler_sync_duration_seconds"
+        " ReconcileConntrackFlowsLatency latency in seconds",
+        "# TYPE kubeproxy_conntrack_reconciler_sync_duration_seconds histogram",
+        'kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{ip_family="IPv4",le="0.002"}'
+        " 0.0",
+        'kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{ip_family="IPv4",le="0.004"}'
+        " 1.0",
+        'kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{ip_family="IPv4",le="16.384"}'
+        " 1.0",
+        'kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family="IPv4"} 1.0',
+        'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"} 2.0',
+    ):
+        assert line in text, line
+    assert not [line for line in text if "conntrack" in line and "IPv6" in line]

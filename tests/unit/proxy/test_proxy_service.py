@@ -79,7 +79,12 @@ async def test_an_enabled_proxy_watches_services_and_slices_then_runs() -> None:
     cache: Any = FakeStore()
     managers = proxy_managers(Config(), api=FakeApiServer(), clock=FrozenClock(), node_name=NODE,
                               node_ips=(), node_cache=cache, local_ips=tuple)  # fmt: skip
-    assert [m.name for m in managers] == ["cache:services", "cache:endpointslices", "proxy"]
+    assert [m.name for m in managers] == [
+        "cache:services",
+        "cache:endpointslices",
+        "proxy-events",
+        "proxy",
+    ]
 
 
 async def test_nodeports_wait_for_the_nodes_reported_address_and_use_it() -> None:

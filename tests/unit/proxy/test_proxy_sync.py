@@ -175,7 +175,7 @@ async def test_stale_udp_flows_are_deleted_when_their_endpoint_goes_away() -> No
     assert await p.sync()
 
     assert p.conntrack.flows == {Flow("ip", "10.96.0.53", 53, "10.244.1.1")}
-    assert p.manager.metrics.conntrack_deleted.value == 2
+    assert p.manager.metrics.conntrack_deleted["ip"].value == 2
 
 
 async def test_udp_flows_from_before_a_service_had_endpoints_are_deleted() -> None:
@@ -194,7 +194,7 @@ async def test_udp_flows_from_before_a_service_had_endpoints_are_deleted() -> No
     assert await p.sync()
 
     assert p.conntrack.flows == balanced
-    assert p.manager.metrics.conntrack_deleted.value == 2
+    assert p.manager.metrics.conntrack_deleted["ip"].value == 2
 
 
 async def test_affinity_to_a_removed_endpoint_is_forgotten_in_the_same_transaction() -> None:
@@ -279,3 +279,21 @@ async def test_a_table_from_an_incompatible_version_is_replaced_in_one_transacti
     assert last is not None
     assert [op.verb for op in last.operations[:3]] == [Verb.ADD, Verb.DELETE, Verb.ADD]
     assert len(p.trace(POD_CLIENT, "10.96.0.10", 80).endpoints) == 5
+
+
+async def test_the_conntrack_reconciler_is_timed_when_udp_endpoints_change() -> None:
+    dns = service("dns", "10.96.0.53", ports=[("dns", 53, "UDP")])
+    web = service("web", "10.96.0.80")
+    eps = [endpoint("10.244.1.1"), endpoint("10.244.2.1")]
+    p = await loaded(dns, web, endpoint_slice("dns", eps, ports=[("dns", 53, "UDP")]), services=0)
+    m = p.manager.metrics
+    assert m.conntrack_sync_duration["ip"].count == 1  # the first sync found UDP endpoints
+
+    p.slices.put(endpoint_slice("web", [endpoint("10.244.3.1")]))  # TCP only: no pass
+    assert await p.sync()
+    assert m.conntrack_sync_duration["ip"].count == 1
+
+    p.slices.put(endpoint_slice("dns", eps[:1], ports=[("dns", 53, "UDP")]))
+    assert await p.sync()
+    assert m.conntrack_sync_duration["ip"].count == 2
+    assert set(m.conntrack_sync_duration.series) == {"ip"}
