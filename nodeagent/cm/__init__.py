@@ -6,7 +6,9 @@ and ``drivers`` the effects (cgroupfs directories, or systemd ``.slice`` units o
 through :mod:`nodeagent.systemd.dbus`), ``manager`` the
 :class:`~nodeagent.cm.manager.ContainerManager`, ``host`` the host's facts, ``cli`` the
 ``nodeagent swap report`` command. On cgroup v2 only: on a v1 host, or with
-``cgroupsPerQOS: false``, it does nothing (maintenance mode).
+``cgroupsPerQOS: false``, it does nothing (maintenance mode), except that on a v1 host with
+``cgroupsPerQOS`` the empty ``pod<uid>`` cgroups runc made in each hierarchy are removed when
+the pod is gone and at housekeeping (``v1pods``).
 
 In: the cgroup driver the CRI connection learned, ``kubeReserved``/``systemReserved``/
 ``enforceNodeAllocatable``, ``podPidsLimit``, ``memorySwap.swapBehavior``,

@@ -22,12 +22,14 @@ import asyncio
 import dataclasses
 import json
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from nodeagent.atomicfile import write_atomic
+from nodeagent.cm import v1pods
 from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.drivers import CgroupDriverOps, CgroupfsDriver, SystemdDriver
 from nodeagent.cm.policy import (
@@ -87,6 +89,9 @@ class CmSettings:
     """``qosReserved`` memory with the ``QOSReserved`` gate: Burstable/BestEffort limits."""
     reserved: tuple[ReservedCgroup, ...] = ()
     """``system-reserved`` / ``kube-reserved`` in ``enforceNodeAllocatable``, in that order."""
+    v1_pod_cgroups: bool = False
+    """cgroup v1 and ``cgroupsPerQOS``: inactive, but the empty pod cgroups the runtime made
+    are removed (:mod:`nodeagent.cm.v1pods`)."""
 
 
 class ReservedEnforcementError(AgentError):
@@ -349,6 +354,7 @@ class ContainerManager:
             await self._write_swap_state()
         if not self.enabled or self._ops is None:
             self._set_share(uid, None)
+            await self._remove_v1({uid})
             return
         ops = self._ops
         parts = self._names.get(uid) or self._find(ops, uid)
@@ -414,6 +420,7 @@ class ContainerManager:
         """Remove the cgroups of pods ``keep`` rejects (the kubelet's
         ``cleanupOrphanedPodCgroups`` at housekeeping)."""
         if not self.enabled or self._ops is None:
+            await self._remove_v1(None, keep)
             return
         ops = self._ops
         found = await asyncio.to_thread(self._pod_cgroups, ops)
@@ -425,6 +432,30 @@ class ContainerManager:
                 await ops.remove(parts)
             except Exception as e:
                 self._log.error("Failed to remove orphaned pod cgroup", pod_uid=uid, error=str(e))
+
+    async def _remove_v1(
+        self, uids: set[str] | None, keep: Callable[[str], bool] = lambda _: False
+    ) -> None:
+        """On cgroup v1, the empty pod cgroups of `uids` (None: of every pod `keep` rejects)."""
+        if not self._settings.v1_pod_cgroups:
+            return
+        found = await asyncio.to_thread(
+            v1pods.pod_cgroups, self._settings.cgroup_root, self._fs.mount
+        )
+        gone = [
+            d
+            for uid, dirs in found.items()
+            if (uid in uids if uids is not None else not keep(uid) and uid not in self._seen)
+            for d in dirs
+        ]
+        if not gone:
+            return
+        removed, failed = await asyncio.to_thread(v1pods.remove_empty, gone)
+        by_uid = Counter(d.name.removeprefix(POD_CGROUP_PREFIX) for d in removed)
+        for uid, count in sorted(by_uid.items()):
+            self._log.v(4).info("Pod cgroup removed", pod_uid=uid, hierarchies=count)
+        for why in failed:
+            self._log.v(4).info("Pod cgroup not removed", cgroup=why)
 
 
 def _ancestors(root: list[str]) -> list[list[str]]:
@@ -462,6 +493,7 @@ def container_manager(
     reserved = reserved_from(k.kube_reserved, k.system_reserved)
     cm_settings = CmSettings(
         enabled=settings.cgroup_v2 and k.cgroups_per_qos,
+        v1_pod_cgroups=not settings.cgroup_v2 and k.cgroups_per_qos,
         cgroup_root=root_cgroup_name(settings.cgroup_root),
         cgroup_root_text=settings.cgroup_root,
         node=node_resources(

@@ -155,6 +155,7 @@ class Cluster:
     directory: Path
     registry_host: str
     detached: bool = False
+    root_size: str | None = None  # each node's root dir on a tmpfs of this size (the soak)
     nodes: list[Node] = field(default_factory=list)
 
     def node(self, name: str) -> Node:
@@ -260,12 +261,14 @@ def add_nodes(
     registry_host: str,
     images: Mapping[str, Path],
     detached: bool = False,
+    root_size: str | None = None,
     say: Any = None,
 ) -> Cluster:
     """Create `count` nodes, start their runtimes and agents, and join them to `plane`.
 
     `images` are OCI tarballs imported into every node's containerd (pause, busybox). On any
     failure everything made so far is removed before the error propagates."""
+    raise_inotify_limits()
     nodenet.claim(index, pid=plane.procs[0].pid if detached else _pid())
     cluster = Cluster(
         plane=plane,
@@ -273,6 +276,7 @@ def add_nodes(
         directory=directory,
         registry_host=registry_host,
         detached=detached,
+        root_size=root_size,
     )
     try:
         nodenet.add_cluster(index)
@@ -289,6 +293,20 @@ def add_nodes(
     return cluster
 
 
+INOTIFY_INSTANCES = 1024  # what kind asks of a host running several node containers
+
+
+def raise_inotify_limits(path: Path = Path("/proc/sys/fs/inotify/max_user_instances")) -> None:
+    """Each node's containerd watches its CNI config dir and each agent its files: with the
+    default 128 inotify instances per user, shared by every cluster on the machine, a node's
+    containerd fails to start its CRI plugin ("too many open files"). Raised, never lowered."""
+    try:
+        if int(path.read_text()) < INOTIFY_INSTANCES:
+            path.write_text(f"{INOTIFY_INSTANCES}\n")
+    except OSError:
+        pass
+
+
 def _pid() -> int:
     return os.getpid()
 
@@ -301,6 +319,13 @@ def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path], *, join_com
     cluster.nodes.append(node)
     node.dir.mkdir(parents=True, exist_ok=True)
     nodenet.add_node(addr)
+    if cluster.root_size:
+        node.root_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={cluster.root_size},mode=0700", "soak-root",
+             str(node.root_dir)],
+            check=True,
+        )  # fmt: skip
     nodemount.create(addr.netns, node.dir)
     flannel.install_node_plugins(node.host_path("/opt/cni/bin"))
     cluster.start_runtime(node, images)
@@ -355,6 +380,8 @@ def teardown_recorded(
         nodemount.remove_created_dirs(node.dir, others_alive=nodemount.any_alive())
     nodemount.release_ns_dir()
     for node in nodes:
+        if os.path.ismount(node.root_dir):  # a tmpfs root dir (`root_size`)
+            subprocess.run(["umount", "-l", str(node.root_dir)], capture_output=True, check=False)
         shutil.rmtree(node.dir, ignore_errors=True)
     (Path(state["directory"]) / "nodes.json").unlink(missing_ok=True)
     (nodenet.LEASES / f"{index}.state").unlink(missing_ok=True)

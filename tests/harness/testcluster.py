@@ -39,9 +39,14 @@ def _remove_stale(index: int) -> None:
 
 @contextlib.contextmanager
 def multinode_cluster(
-    *, count: int = 3, work: Path | None = None, log_dir: Path | None = None
+    *,
+    count: int = 3,
+    work: Path | None = None,
+    log_dir: Path | None = None,
+    root_size: str | None = None,
 ) -> Iterator[multinode.Cluster]:
-    """Start the cluster; stop and remove all of it when the block ends."""
+    """Start the cluster; stop and remove all of it when the block ends. `root_size` puts each
+    node's root dir on a tmpfs of that size."""
     binaries = ensure_built(quiet=True)
     base = Path(tempfile.mkdtemp(prefix="na-mn-", dir=work))  # short: socket paths have a limit
     logs = log_dir or base / "logs"
@@ -75,6 +80,7 @@ def multinode_cluster(
             directory=base / "nodes",
             registry_host=reg.host,
             images={recipe: image.tarball for recipe, image in built.items()},
+            root_size=root_size,
         )
         stack.callback(cluster.teardown)
         flannel.deploy(plane, registry_host=reg.host, work_dir=base / "images")
