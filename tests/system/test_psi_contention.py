@@ -3,11 +3,12 @@ Node, seen from the host's apiserver.
 
 - Off (the packaged configuration): no ``*ContentionPressure`` condition appears.
 - On, with ``kubepodsMemoryContentionThreshold: 5``: the four conditions appear False; a pod
-  re-reading a 120 MB file under a 40 MiB memory limit reclaims its own page cache at
-  ``memory.max`` all the time (memory stall in PSI), so the kubepods cgroup's
-  ``memory.pressure`` ``full`` avg10 and avg60 climb past 5 %: KubepodsMemoryContentionPressure
-  turns True (``KubeletHasKubepodsMemoryContentionPressure``) with its Node Events. Once the pod
-  is deleted avg60 decays, and the condition turns False when it falls below 5 %.
+  re-reading a 120 MB file (written 1 MiB at a time, each flushed) under a 40 MiB memory
+  limit reclaims its own page cache at ``memory.max`` all the time (memory stall in PSI), so
+  the kubepods cgroup's ``memory.pressure`` ``full`` avg10 and avg60 climb past 5 %:
+  KubepodsMemoryContentionPressure turns True (``KubeletHasKubepodsMemoryContentionPressure``)
+  with its Node Events. Once the pod is deleted avg60 decays, and the condition turns False
+  when it falls below 5 %.
 
 The PSI values seen and the times to each transition are printed (``-s``) for the report.
 """
@@ -164,7 +165,13 @@ def test_memory_thrasher_turns_kubepods_memory_contention_true_then_false(
                 thrash,
                 command=[
                     "sh", "-c",
-                    "dd if=/dev/zero of=/big bs=1M count=120 2>/dev/null; "
+                    # Written 1 MiB at a time, each flushed: 120 MiB of dirty pages under a
+                    # 40 MiB limit stalls the writer in writeback while it holds the guest's
+                    # root-fs journal, and under TCG on a busy host that froze the whole guest
+                    # for over 20 min. Reading it back, the stall this test wants, dirties
+                    # nothing.
+                    "for i in $(seq 0 119); do dd if=/dev/zero of=/big bs=1M count=1"
+                    " seek=$i conv=notrunc,fsync 2>/dev/null; done; "
                     "while :; do cat /big > /dev/null; done",
                 ],
                 resources={"limits": {"cpu": "500m", "memory": "40Mi"}},
