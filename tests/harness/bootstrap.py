@@ -169,31 +169,39 @@ def cluster_info(*, server: str, ca_pem: bytes) -> dict[str, Any]:
     }
 
 
-def cluster_info_rbac() -> dict[str, Any]:
-    """kubeadm's Role and RoleBinding: `system:anonymous` may get `cluster-info`, and only it."""
+def _configmap_reader(
+    role: str, namespace: str, configmap: str, subjects: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """A Role that may get one ConfigMap, and its RoleBinding to ``subjects`` (kind, name)."""
     rbac = "rbac.authorization.k8s.io"
-    meta = {"name": CLUSTER_INFO_ROLE, "namespace": "kube-public"}
-    role = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "Role",
-        "metadata": meta,
-        "rules": [
+    meta = {"name": role, "namespace": namespace}
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [configmap]}
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
             {
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": ["cluster-info"],
-                "verbs": ["get"],
-            }
+                "apiVersion": f"{rbac}/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": [{**rule, "verbs": ["get"]}],
+            },
+            {
+                "apiVersion": f"{rbac}/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role},
+                "subjects": [{"apiGroup": rbac, "kind": k, "name": n} for k, n in subjects],
+            },
         ],
     }
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "RoleBinding",
-        "metadata": meta,
-        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": CLUSTER_INFO_ROLE},
-        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "system:anonymous"}],
-    }
-    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+
+
+def cluster_info_rbac() -> dict[str, Any]:
+    """kubeadm's Role and RoleBinding: `system:anonymous` may get `cluster-info`, and only it."""
+    return _configmap_reader(
+        CLUSTER_INFO_ROLE, "kube-public", "cluster-info", [("User", "system:anonymous")]
+    )
 
 
 def kubelet_config(*, cluster_dns: str, cluster_domain: str) -> dict[str, Any]:
@@ -261,32 +269,12 @@ def kubelet_config(*, cluster_dns: str, cluster_domain: str) -> dict[str, Any]:
 def kubelet_config_rbac() -> dict[str, Any]:
     """kubeadm's Role and RoleBinding `kubeadm:kubelet-config`: bootstrap tokens (to join) and
     nodes may get `kube-system/kubelet-config`, and only it."""
-    rbac = "rbac.authorization.k8s.io"
-    meta = {"name": KUBELET_CONFIG_ROLE, "namespace": "kube-system"}
-    role = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "Role",
-        "metadata": meta,
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "resourceNames": [KUBELET_CONFIG],
-                "verbs": ["get"],
-            }
-        ],
-    }
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "RoleBinding",
-        "metadata": meta,
-        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": KUBELET_CONFIG_ROLE},
-        "subjects": [
-            {"apiGroup": rbac, "kind": "Group", "name": "system:nodes"},
-            {"apiGroup": rbac, "kind": "Group", "name": EXTRA_GROUP},
-        ],
-    }
-    return {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+    return _configmap_reader(
+        KUBELET_CONFIG_ROLE,
+        "kube-system",
+        KUBELET_CONFIG,
+        [("Group", "system:nodes"), ("Group", EXTRA_GROUP)],
+    )
 
 
 def ca_cert_hash(ca_pem: bytes) -> str:
