@@ -98,7 +98,7 @@ def remove_sandboxes(containerd_socket: Path) -> int:
 
     with grpc.insecure_channel(f"unix://{containerd_socket}") as channel:
         # the generated grpc stub module has no annotations (committed output of grpcio-tools)
-        stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]  # generated stubs are untyped
         listed = stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=60)
         for sandbox in listed.items:
             stub.StopPodSandbox(

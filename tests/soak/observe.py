@@ -178,7 +178,7 @@ def runtime(node: Node, *, exit_codes_of: Iterable[str] = ()) -> Runtime:
     wanted = set(exit_codes_of)
     try:
         with grpc.insecure_channel(f"unix://{node.containerd_dir / 'c.sock'}") as channel:
-            stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]  # generated stubs are untyped
             listed = stub.ListContainers(api_pb2.ListContainersRequest(), timeout=CRI_TIMEOUT)
             boxes = stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=CRI_TIMEOUT)
             codes: dict[str, int] = {}

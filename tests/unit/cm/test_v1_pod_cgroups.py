@@ -10,6 +10,7 @@ from pathlib import Path
 from nodeagent.cm.cgroupfs import CgroupFs
 from nodeagent.cm.manager import CmSettings, ContainerManager
 from nodeagent.cm.v1pods import pod_cgroups, pod_uid
+from nodeagent.kuberuntime.podsettings import CgroupDriver
 
 GONE = "0f3a6c1e-0000-4000-8000-000000000001"
 LIVE = "0f3a6c1e-0000-4000-8000-000000000002"
@@ -30,11 +31,11 @@ def v1_host(tmp_path: Path) -> Path:
 
 
 def manager(mount: Path, *, v1: bool = True) -> ContainerManager:
-    async def driver() -> str:
+    async def driver() -> CgroupDriver:
         return "cgroupfs"
 
     settings = CmSettings(enabled=False, cgroup_root=["na"], v1_pod_cgroups=v1)
-    return ContainerManager(settings=settings, driver=driver, fs=CgroupFs(mount=mount))  # type: ignore[arg-type]
+    return ContainerManager(settings=settings, driver=driver, fs=CgroupFs(mount=mount))
 
 
 def test_each_hierarchy_is_searched_once_and_only_pod_dirs_count(tmp_path: Path) -> None:
