@@ -26,6 +26,7 @@ from harness.vm.guest import (
     journal_cursor,
     main_pid,
     provision,
+    wait_until,
 )
 from harness.vm.pods import join_node, node_ready, pod_manifest, wait_pod
 
@@ -256,10 +257,19 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
     assert installed_version(vm) == deb_version(nodeagent_deb)
     assert is_active(vm)
     assert main_pid(vm) not in {0, old_pid}
+    # journald takes PID 1's unit messages asynchronously; on a loaded TCG guest "Started"
+    # reaches the journal seconds after apt-get has returned: wait for it, then read.
+    wait_until(
+        vm,
+        f"journalctl -u nodeagent --no-pager -o cat --after-cursor='{cursor}'"
+        " | grep -q '^Started nodeagent'",
+        timeout=60,
+        what="systemd's restart of the agent in the journal",
+    )
     messages = [e.get("MESSAGE", "") for e in journal(vm, f"--after-cursor={cursor}")]
-    stopping = next(i for i, m in enumerate(messages) if m.startswith("Stopping nodeagent"))
-    started = next(i for i, m in enumerate(messages) if m.startswith("Started nodeagent"))
-    assert stopping < started, messages
+    starts = [i for i, m in enumerate(messages) if m.startswith("Started nodeagent")]
+    stops = [i for i, m in enumerate(messages) if m.startswith("Stopping nodeagent")]
+    assert stops and starts and stops[0] < starts[-1], messages[-60:]
     # The new agent is in charge once it has reported the Node's status (an agent always
     # reports at start); then every pod must still be the same containers, never restarted,
     # for a good while.
