@@ -416,6 +416,18 @@ def push_network_images(registry_host: str, work_dir: Path) -> list[str]:
     return [mirrors.normalize(p) for p in pushed]
 
 
+def route_pod_cidrs(cluster: Cluster) -> None:
+    """Route each node's IPv4 pod CIDRs (from its Node object) from the host to the node."""
+    wanted = {n.name: n for n in cluster.nodes}
+    for obj in cluster.plane.get_json("nodes")["items"]:
+        node = wanted.get(obj["metadata"]["name"])
+        if node is None:
+            continue
+        for cidr in obj.get("spec", {}).get("podCIDRs", []):
+            if ":" not in cidr:
+                nodenet.route_pod_cidr(node.addr, cidr)
+
+
 def wait_ready(plane: ControlPlane, names: Sequence[str], *, timeout: float = 240.0) -> None:
     """Wait until every named Node reports Ready=True."""
     deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ with a routed point-to-point link to the host, the way kind makes each node a co
       lo: 198.18.0.1 (kube-apiserver, registry)
       na-m<K>n<i> 198.18.<16+K>.1 peer .1<i>  ──veth──  eth0 198.18.<16+K>.1<i> peer .1
       route 198.18.<16+K>.1<i>/32 dev na-m<K>n<i>       default via 198.18.<16+K>.1
+      route <podCIDR of i> via 198.18.<16+K>.1<i>
 
 Node to node traffic (flannel's VXLAN, the apiserver's calls to :10250, NodePorts) is routed by
 the host between the point-to-point links; node to control plane goes to 198.18.0.1 on the
@@ -154,6 +155,14 @@ def add_vm_link(addr: NodeAddr) -> str:
         _ip("link", "del", addr.host_dev, check=False)
         raise
     return addr.host_dev
+
+
+def route_pod_cidr(addr: NodeAddr, cidr: str) -> None:
+    """Route the node's pod CIDR from the host to the node, as the control plane of a real
+    cluster is in the pod network: the apiserver dials a webhook's or an aggregated API's pod
+    (``--enable-aggregator-routing``) and ``pods/proxy`` at its pod IP. More specific than the
+    cluster CIDR's unreachable hold; goes with the node's link in `remove_node`."""
+    _ip("route", "replace", cidr, "via", addr.ip, "dev", addr.host_dev)
 
 
 def remove_node(addr: NodeAddr) -> None:

@@ -86,4 +86,5 @@ def multinode_cluster(
         flannel.deploy(plane, registry_host=reg.host, work_dir=base / "images")
         flannel.rollout(plane, timeout=ROLLOUT_TIMEOUT)
         multinode.wait_ready(plane, [n.name for n in cluster.nodes])
+        multinode.route_pod_cidrs(cluster)
         yield cluster

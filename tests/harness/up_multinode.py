@@ -97,6 +97,7 @@ def _start_nodes(
     say("flannel applied (kube-flannel/kube-flannel-ds); waiting for it on every node ...")
     flannel.rollout(plane)
     multinode.wait_ready(plane, [n.name for n in cluster.nodes])
+    multinode.route_pod_cidrs(cluster)
     say(f"{count} nodes Ready: " + ", ".join(f"{n.name} {n.ip}" for n in cluster.nodes))
     coredns.up(plane, registry_host=reg.host, work_dir=directory / "coredns")
 

@@ -1,7 +1,8 @@
 """Three nodeagent nodes with flannel between them, as a user of `make up NODES=3` sees them:
 every node Ready with a pod CIDR of its own, a Deployment spread over the nodes whose pods all
-reach each other by IP, a ClusterIP reached from a node that has none of its endpoints, and a
-hostPort answering on the node's IP through the portmap plugin."""
+reach each other by IP, the apiserver reaching a pod on each node, a ClusterIP reached from a
+node that has none of its endpoints, and a hostPort answering on the node's IP through the
+portmap plugin."""
 
 from __future__ import annotations
 
@@ -93,6 +94,36 @@ def test_a_deployment_spreads_and_every_pod_reaches_every_other_by_ip(
         lines.append(h.ljust(26) + " ".join(cell.rjust(24) for cell in row))
     print("\npod-to-pod matrix (wget http://<pod IP>:8080/ from each pod):\n" + "\n".join(lines))
     assert not failures, failures
+
+
+@pytest.mark.smoke
+def test_the_apiserver_reaches_a_pod_on_every_node(cluster: Cluster, namespace: str) -> None:
+    """The control plane is in the pod network, as a real one: `pods/proxy` (and so webhooks
+    and aggregated APIs, dialled at their pod IPs) reaches a pod on any node."""
+    plane = cluster.plane
+    apply(
+        plane,
+        *(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"on-{node.name}", "namespace": namespace},
+                "spec": web_pod_spec(nodeName=node.name),
+            }
+            for node in cluster.nodes
+        ),
+    )
+    wait(
+        "a ready pod on every node",
+        lambda: (
+            len(got := pods(plane, namespace)) == len(cluster.nodes) and all(ready(p) for p in got)
+        ),
+        within=120,
+    )
+    for node in cluster.nodes:
+        path = f"/api/v1/namespaces/{namespace}/pods/on-{node.name}:8080/proxy/"
+        out = plane.kubectl("get", "--raw", path, check=False)
+        assert out.stdout.strip() == f"on-{node.name}", (node.name, out.stdout, out.stderr)
 
 
 def test_a_cluster_ip_whose_only_endpoint_is_on_another_node_answers(
