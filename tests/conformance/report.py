@@ -389,8 +389,9 @@ volumes: the csi-hostpath `(block volmode)` patterns are not selected."""
 MULTI_NODES = 3
 HOW_MULTI = """\
 How: `make conformance NODES=3` and `make conformance NODES=3 PEER=kubelet` build a 3-node cluster
-of the run's own (tests/conformance/multinode.py: the multi-node tests' cluster, nodes in network
-and mount namespaces, flannel VXLAN between them, CoreDNS), with nodeagent on every node, or the
+of the run's own (tests/conformance/multinode.py: the multi-node tests' cluster, nodes in network,
+mount and UTS namespaces, flannel VXLAN between them, each node's podCIDR routed from the control
+plane's host as a control plane in the pod network, CoreDNS), with nodeagent on every node, or the
 reference kubelet and kube-proxy (nftables mode) in every node's namespaces instead. The
 selection: the whole `[Conformance]` set plus the node and network specs above, none
 `[Serial]`, `[Disruptive]` or `[Flaky]` (`[Slow]` and `[Feature:…]` only when `[Conformance]`).

@@ -1,5 +1,5 @@
 """A multi-node cluster on one machine: the control plane on the host and N nodeagent nodes, each
-a network namespace (`nodenet`) and mount namespace (`nodemount`) of its own with its own
+a network namespace (`nodenet`), mount and UTS namespaces (`nodemount`) of its own with its own
 containerd, root dir, cgroup root, node IP and podCIDR, each joined with one printed join
 command (`nodeagent join` run inside the node, then the agent with the flags it wrote). Used by
 `make up NODES=N` and by the multi-node tests; the reusable API for later work (cross-node
@@ -106,7 +106,7 @@ class Node:
     def run(
         self, *argv: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the node (its network and mount namespaces)."""
+        """Run a command inside the node (its network, mount and UTS namespaces)."""
         done = subprocess.run(
             [*self.enter(), *argv], capture_output=True, text=True, timeout=timeout, check=False
         )
@@ -218,7 +218,7 @@ class Cluster:
     def boot(self, node: Node) -> None:
         """Start a node `power_off` left: its network, mounts, containerd, then the agent."""
         nodenet.add_node(node.addr)
-        nodemount.create(node.netns, node.dir)
+        nodemount.create(node.netns, node.dir, hostname=node.name)
         self.start_runtime(node)
         self.start_agent(node)
 
@@ -326,7 +326,7 @@ def _make_node(cluster: Cluster, i: int, images: Mapping[str, Path], *, join_com
              str(node.root_dir)],
             check=True,
         )  # fmt: skip
-    nodemount.create(addr.netns, node.dir)
+    nodemount.create(addr.netns, node.dir, hostname=node.name)
     flannel.install_node_plugins(node.host_path("/opt/cni/bin"))
     cluster.start_runtime(node, images)
     node.agent = node_up.join_node(

@@ -1,5 +1,7 @@
 """A mount namespace per node: the node's own /etc/cni/net.d, /opt/cni/bin, /run/flannel,
-/var/lib/cni and /var/log/pods, as a kind node container has.
+/var/lib/cni and /var/log/pods, as a kind node container has; and a UTS namespace whose hostname
+is the node's name, as a machine's (a hostNetwork pod's `hostname` is the node's, which the e2e
+specs of hostNetwork endpoints compare with the Node's name).
 
 A CNI DaemonSet writes to fixed host paths (flannel: `/etc/cni/net.d/10-flannel.conflist`,
 `/run/flannel/subnet.env`, the plugin into `/opt/cni/bin`); nodes sharing one file system would
@@ -15,9 +17,10 @@ detach the node's mount and the node would write to the host's file system again
 directory under a node mount holds a marker file (`MARKER`) while any node lives: it is never
 empty, and `rmdir` leaves it alone.
 
-The namespace is kept by a bind mount of its nsfs file under `NS_DIR` (a private mount, as
-`ip netns` does for /run/netns). `remove` unmounts that file: once the node's processes are gone
-the kernel drops the namespace and every mount made inside it. A mount-point directory missing
+The namespaces are kept by bind mounts of their nsfs files under `NS_DIR` (a private mount, as
+`ip netns` does for /run/netns): `<netns>` the mount namespace, `<netns>.uts` the UTS one.
+`remove` unmounts both: once the node's processes are gone the kernel drops the namespaces and
+every mount made inside. A mount-point directory missing
 on the host (`/etc/cni/net.d` on a machine without CNI) is created empty and listed in
 `<node dir>/created-dirs`, and removed again by the last node out.
 """
@@ -38,6 +41,10 @@ MARKER = ".nodeagent-node-mounts"  # keeps a host mount-point directory non-empt
 
 def ns_file(netns: str) -> Path:
     return NS_DIR / netns
+
+
+def uts_file(netns: str) -> Path:
+    return NS_DIR / f"{netns}.uts"
 
 
 def private_dir(node_dir: Path, path: str) -> Path:
@@ -66,8 +73,9 @@ def _run(argv: list[str]) -> None:
         raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
 
 
-def create(netns: str, node_dir: Path) -> Path:
-    """Make the node's mount namespace; returns its nsfs file (for `nsenter --mount=`)."""
+def create(netns: str, node_dir: Path, *, hostname: str) -> Path:
+    """Make the node's mount and UTS namespaces (the latter named `hostname`); returns the
+    mount namespace's nsfs file (for `nsenter --mount=`)."""
     remove(netns)
     _ensure_ns_dir()
     created: list[str] = []
@@ -80,11 +88,16 @@ def create(netns: str, node_dir: Path) -> Path:
             created += [str(p) for p in missing]
         (target / MARKER).write_text("bind-mounted in the nodes of a multi-node test cluster\n")
     (node_dir / CREATED).write_text(json.dumps(created) + "\n")
-    handle = ns_file(netns)
+    handle, uts = ns_file(netns), uts_file(netns)
     handle.touch()
-    binds = " && ".join(f"mount --bind {private_dir(node_dir, p)} {p}" for p in PRIVATE_PATHS)
+    uts.touch()
+    binds = " && ".join(
+        [f"hostname {hostname}"]
+        + [f"mount --bind {private_dir(node_dir, p)} {p}" for p in PRIVATE_PATHS]
+    )
     try:
-        _run(["unshare", f"--mount={handle}", "--propagation", "slave", "sh", "-ec", binds])
+        _run(["unshare", f"--mount={handle}", f"--uts={uts}", "--propagation", "slave",
+              "sh", "-ec", binds])  # fmt: skip
     except BaseException:
         remove(netns)
         raise
@@ -92,11 +105,11 @@ def create(netns: str, node_dir: Path) -> Path:
 
 
 def remove(netns: str) -> None:
-    """Release the namespace (its mounts go once no process of the node is left)."""
-    handle = ns_file(netns)
-    subprocess.run(["umount", str(handle)], capture_output=True, check=False)
-    with contextlib.suppress(FileNotFoundError):
-        handle.unlink()
+    """Release the namespaces (its mounts go once no process of the node is left)."""
+    for handle in (ns_file(netns), uts_file(netns)):
+        subprocess.run(["umount", str(handle)], capture_output=True, check=False)
+        with contextlib.suppress(FileNotFoundError):
+            handle.unlink()
 
 
 def remove_created_dirs(node_dir: Path, *, others_alive: bool) -> None:
@@ -121,8 +134,15 @@ def any_alive() -> bool:
 
 
 def enter_argv(netns: str) -> list[str]:
-    """The prefix that runs a command inside the node: its network and mount namespaces."""
-    return ["nsenter", f"--net=/run/netns/{netns}", f"--mount={ns_file(netns)}", "--"]
+    """The prefix that runs a command inside the node: its network, mount and UTS
+    namespaces."""
+    return [
+        "nsenter",
+        f"--net=/run/netns/{netns}",
+        f"--mount={ns_file(netns)}",
+        f"--uts={uts_file(netns)}",
+        "--",
+    ]
 
 
 def release_ns_dir() -> None:

@@ -50,6 +50,8 @@ def test_three_nodes_are_ready_each_with_its_own_pod_cidr_and_address(cluster: C
         ]
         assert obj["metadata"]["annotations"]["flannel.alpha.coreos.com/public-ip"] == node.ip
         cidrs[node.name] = obj["spec"]["podCIDR"]
+        # a node is a machine of its own: its hostname is the node's name
+        assert node.run("hostname").stdout.strip() == node.name
         # the runtime was handed the Node's pod CIDR (UpdateRuntimeConfig)
         log = node.agent_log.read_text()
         assert f"newPodCIDR={cidrs[node.name]}" in log

@@ -78,6 +78,7 @@ def test_node_paths_are_private_dirs_under_the_node() -> None:
         "nsenter",
         "--net=/run/netns/na-m0-n1",
         f"--mount={nodemount.NS_DIR}/na-m0-n1",
+        f"--uts={nodemount.NS_DIR}/na-m0-n1.uts",
         "--",
     ]
 
