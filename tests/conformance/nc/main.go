@@ -1,7 +1,7 @@
 // Command nc is the `nc` of the locally made agnhost image (the upstream image has
 // netcat-openbsd; busybox's nc has no -v, -t or -u). It does what the e2e specs ask of it:
 //
-//	echo hostName | nc [-v] [-t|-u] [-w SECONDS] [-p SOURCE_PORT] [-z] HOST PORT
+//	echo hostName | nc [-v] [-t|-u] [-w SECONDS] [-s SOURCE_ADDR] [-p SOURCE_PORT] [-z] HOST PORT
 //
 // connects over TCP (default) or UDP, copies stdin to the peer and the peer's answer to
 // stdout until the peer closes or nothing arrives for -w seconds (then it exits 0 if it got an
@@ -27,9 +27,10 @@ func main() {
 	_ = flag.Bool("n", false, "numeric addresses only (accepted)")
 	wait := flag.Int("w", 0, "connect and idle timeout in seconds")
 	source := flag.Int("p", 0, "source port")
+	address := flag.String("s", "", "source address")
 	flag.Parse()
 	if flag.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "usage: nc [-v] [-t|-u] [-z] [-w SECONDS] [-p PORT] HOST PORT")
+		fmt.Fprintln(os.Stderr, "usage: nc [-v] [-t|-u] [-z] [-w SECONDS] [-s ADDR] [-p PORT] HOST PORT")
 		os.Exit(2)
 	}
 	host, port := flag.Arg(0), flag.Arg(1)
@@ -39,11 +40,16 @@ func main() {
 	}
 	timeout := time.Duration(*wait) * time.Second
 	dialer := net.Dialer{Timeout: timeout}
-	if *source != 0 {
+	if *source != 0 || *address != "" {
+		ip := net.ParseIP(*address)
+		if *address != "" && ip == nil {
+			fmt.Fprintf(os.Stderr, "nc: -s %s: not an IP address\n", *address)
+			os.Exit(2)
+		}
 		if *udp {
-			dialer.LocalAddr = &net.UDPAddr{Port: *source}
+			dialer.LocalAddr = &net.UDPAddr{IP: ip, Port: *source}
 		} else {
-			dialer.LocalAddr = &net.TCPAddr{Port: *source}
+			dialer.LocalAddr = &net.TCPAddr{IP: ip, Port: *source}
 		}
 	}
 	conn, err := dialer.Dial(network, net.JoinHostPort(host, port))
