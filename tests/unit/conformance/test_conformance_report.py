@@ -99,6 +99,8 @@ def test_failures_are_explained_by_capability_and_issue() -> None:
     assert report.explain(pull) == ("image not available here", "16")
     assert report.explain(logs) == ("the kubelet API on :10250", "12")
     assert report.explain(Result(name="[sig-node] x", status="failed", why="?"))[1] == "?"
+    volume = Result(name="[sig-node] ImageVolume should succeed", status="failed", why="x")
+    assert report.explain(volume)[1] == "28"
 
 
 def test_the_report_lists_the_kubelet_pass_nodeagent_fail_specs_first() -> None:
