@@ -166,7 +166,9 @@ class PodBench:
         kubeconfig = self.plane.node_kubeconfig(name)
         versions = load_versions()
         if component == "nodeagent":
-            config = comp.nodeagent_config(root=root, versions=versions, cgroup_root=cgroups)
+            config = comp.nodeagent_config(
+                root=root, versions=versions, cgroup_root=cgroups, ca=self.plane.ca_path
+            )
             path = comp.write_config(root.parent / "nodeagent-config.yaml", config)
             argv = comp.nodeagent_argv(
                 name=name, kubeconfig=kubeconfig, root=root, endpoint=endpoint, config=path
