@@ -152,19 +152,13 @@ class ApiBench(ps.PodBench):
     def argv(
         self, component: str, *, name: str, root: Path, endpoint: str, cgroups: str
     ) -> list[str]:
-        """pod_startup's, with the server on every address (the apiserver dials the node's
-        InternalIP) and nodeagent's authn/authz as the kubelet's (x509 only, AlwaysAllow)."""
+        """pod_startup's (both x509 only, AlwaysAllow), with the server on every address (the
+        apiserver dials the node's InternalIP)."""
         argv = super().argv(component, name=name, root=root, endpoint=endpoint, cgroups=cgroups)
         path = root.parent / f"{component}-config.yaml"
         config = json.loads(path.read_text())
         section = config["kubelet"] if component == "nodeagent" else config
         section["address"] = "0.0.0.0"
-        section["authentication"] = {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": False},
-            "x509": {"clientCAFile": str(self.plane.ca_path)},
-        }
-        section["authorization"] = {"mode": "AlwaysAllow"}
         path.write_text(json.dumps(config, indent=2) + "\n")
         return argv
 

@@ -40,9 +40,25 @@ def nodeagent_argv(
     ]
 
 
-def nodeagent_config(*, root: Path, versions: Versions, cgroup_root: str = "") -> dict[str, object]:
+def x509_only(ca: Path) -> dict[str, object]:
+    """The kubelet API's authentication and authorization: client certificates from ``ca``,
+    no anonymous user, no webhook, every authenticated request allowed."""
+    return {
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(ca)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+    }
+
+
+def nodeagent_config(
+    *, root: Path, versions: Versions, cgroup_root: str = "", ca: Path | None = None
+) -> dict[str, object]:
     """A nodeagent configuration matching `kubelet_config` where both have the field, with the
-    service proxy off (it would program nftables in this host's root namespace)."""
+    service proxy off (it would program nftables in this host's root namespace); with ``ca``,
+    its API's authentication and authorization as the kubelet's (`x509_only`)."""
     kubelet: dict[str, object] = {
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,
@@ -58,6 +74,8 @@ def nodeagent_config(*, root: Path, versions: Versions, cgroup_root: str = "") -
     }
     if cgroup_root:
         kubelet["cgroupRoot"] = cgroup_root
+    if ca is not None:
+        kubelet.update(x509_only(ca))
     return {
         "apiVersion": "nodeagent.io/v1alpha1",
         "kind": "NodeAgentConfiguration",
@@ -80,12 +98,7 @@ def kubelet_config(*, root: Path, endpoint: str, ca: Path, versions: Versions) -
         "readOnlyPort": 0,
         "healthzBindAddress": LOCALHOST,
         "healthzPort": free_port(),
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": False},
-            "x509": {"clientCAFile": str(ca)},
-        },
-        "authorization": {"mode": "AlwaysAllow"},
+        **x509_only(ca),
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
         "clusterDomain": versions.cluster_domain,

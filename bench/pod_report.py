@@ -1,4 +1,5 @@
-"""The table `pod_startup` prints: one column per component, one row per figure."""
+"""The tables `pod_startup` prints: one column per component, one row per figure; then per idle
+window, one row per CRI operation (calls per minute, `cri_calls`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import cri_calls
 from node_idle import machine, versions_line
 from pod_api import percentile
 
@@ -80,7 +82,10 @@ def table(results: dict[str, Result], *, markdown: bool) -> str:
         [label, *(c[i][1] if i < len(c) else "-" for c in columns)]
         for i, (label, _) in enumerate(longest)
     ]
-    header = ["", *names]
+    return render(["", *names], body, markdown=markdown)
+
+
+def render(header: list[str], body: list[list[str]], *, markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
@@ -91,6 +96,19 @@ def table(results: dict[str, Result], *, markdown: bool) -> str:
             zip(row, widths, strict=True)))
         for row in [header, *body]
     )  # fmt: skip
+
+
+def cri_tables(results: dict[str, Result], *, markdown: bool) -> list[str]:
+    """Per idle window (the n-th of each component), each component's CRI calls per minute by
+    operation, from its own ``kubelet_runtime_operations_total``."""
+    tables = []
+    for n in range(max((len(r.windows) for r in results.values()), default=0)):
+        windows = {c: r.windows[n] if n < len(r.windows) else None for c, r in results.items()}
+        pods = "/".join(sorted({str(w.pods) for w in windows.values() if w}))
+        rates = {c: w.cri_per_min if w else None for c, w in windows.items()}
+        header = [f"CRI calls/min, idle with {pods} pods", *results]
+        tables.append(render(header, cri_calls.rows(rates), markdown=markdown))
+    return tables
 
 
 def per_pod(results: dict[str, Result]) -> list[str]:
@@ -109,7 +127,12 @@ def per_pod(results: dict[str, Result]) -> list[str]:
 def report(
     results: dict[str, Result], *, args: argparse.Namespace, kubelet: Path, started: str
 ) -> str:
-    lines = [table(results, markdown=args.markdown), "", *per_pod(results), ""]
+    lines = [table(results, markdown=args.markdown), ""]
+    cri = cri_tables(results, markdown=args.markdown)
+    for rendered in cri:
+        lines += [rendered, ""]
+    lines += [cri_calls.CAVEAT, ""] if cri else []
+    lines += [*per_pod(results), ""]
     for component, result in results.items():
         lines += [f"{component}: {n}" for n in result.notes]
     binding = "nodeName" if args.node_name else "the scheduler (nodeSelector)"

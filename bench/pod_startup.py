@@ -10,11 +10,12 @@ and untainted, ``--singles`` pods are created one at a time, ``--gap`` seconds a
 node: each create -> Running on its own); then ``--pods`` pods (busybox ``sleep
 3600``, image present, no service account token volume) are created at once through the
 scheduler and watched until every one is Running and Ready; after ``--settle`` seconds the
-component's RSS and CPU are sampled every second for ``--idle-minutes``; then ``--more`` pods
-are created at once (startup recorded the same way) and the idle window is repeated with all of
-them. Finally the pods are deleted through the API (the component kills them and removes the
-objects), the component and containerd are stopped, and its Node, Lease, cgroups, log links and
-host changes are removed. Ctrl-C still cleans up.
+component's RSS and CPU are sampled every second for ``--idle-minutes``, and its CRI calls
+per minute by operation read from its ``/metrics`` at both ends (`cri_calls`); then ``--more``
+pods are created at once (startup recorded the same way) and the idle window is repeated with
+all of them. Finally the pods are deleted through the API (the component kills them and
+removes the objects), the component and containerd are stopped, and its Node, Lease, cgroups,
+log links and host changes are removed. Ctrl-C still cleans up.
 
 Needs root and the reference kubelet (``PYTHONPATH=tests .venv/bin/python -m harness build
 --peers``). Timings: see `pod_api`.
@@ -37,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cri_calls
 import node_components as comp
 import node_measure as m
 import pod_api
@@ -78,6 +80,7 @@ class Window:
     runtime_cpu_s: float
     load_mean: float
     load_max: float
+    cri_per_min: dict[str, float] | None = None  # by operation_type; None: /metrics not read
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Node:
     ctd: Containerd
     name: str
     namespace: str
+    port: int  # its kubelet API (/metrics), on 127.0.0.1
 
 
 @dataclass
@@ -166,7 +170,9 @@ class PodBench:
         kubeconfig = self.plane.node_kubeconfig(name)
         versions = load_versions()
         if component == "nodeagent":
-            config = comp.nodeagent_config(root=root, versions=versions, cgroup_root=cgroups)
+            config = comp.nodeagent_config(
+                root=root, versions=versions, cgroup_root=cgroups, ca=self.plane.ca_path
+            )
             path = comp.write_config(root.parent / "nodeagent-config.yaml", config)
             argv = comp.nodeagent_argv(
                 name=name, kubeconfig=kubeconfig, root=root, endpoint=endpoint, config=path
@@ -180,6 +186,12 @@ class PodBench:
         return comp.kubelet_argv(
             self.kubelet, name=name, kubeconfig=kubeconfig, root=root, config=path
         )
+
+    @staticmethod
+    def server_port(component: str, root: Path) -> int:
+        """The port of the component's kubelet API, from the config `argv` wrote."""
+        config = json.loads((root.parent / f"{component}-config.yaml").read_text())
+        return int((config["kubelet"] if component == "nodeagent" else config)["port"])
 
     @contextlib.contextmanager
     def node(self, component: str, result: Result) -> Iterator[Node]:
@@ -220,7 +232,8 @@ class PodBench:
                 what="the namespace's default ServiceAccount",
                 timeout=60,
             )
-            yield Node(proc=proc, ctd=ctd, name=name, namespace=namespace)
+            port = self.server_port(component, root)
+            yield Node(proc=proc, ctd=ctd, name=name, namespace=namespace, port=port)
             if component == "nodeagent":
                 result.notes.append(nodeagent_identity(self.log_dir / "nodeagent.log"))
             result.notes.append(f"node {name}: pods in {namespace}, cgroup root {cgroups}")
@@ -263,7 +276,7 @@ class PodBench:
                 created += count
                 if self.args.idle_minutes > 0:
                     sleep_watching(self.args.settle, proc)
-                    result.windows.append(self.idle(proc, ctd, pods=created))
+                    result.windows.append(self.idle(proc, ctd, pods=created, port=node.port))
             result.hwm_kib = m.sample(proc.pid, now=time.time()).hwm_kib
             result.deleted_s = self.delete(proc, namespace)
         return result
@@ -296,9 +309,19 @@ class PodBench:
         ) as api:
             return await api.burst(namespace, bodies, within=self.args.timeout)
 
-    def idle(self, proc: Proc, ctd: Containerd, *, pods: int) -> Window:
+    def cri_operations(self, proc: Proc, port: int) -> tuple[float, dict[str, float] | None]:
+        """(now, the component's CRI calls so far by operation; None if /metrics failed)."""
+        admin = self.plane.pki.admin
+        try:
+            return time.monotonic(), cri_calls.scrape(port, cert=admin.cert, key=admin.key)
+        except OSError as error:
+            say(f"{proc.name}: /metrics on port {port}: {error}")
+            return time.monotonic(), None
+
+    def idle(self, proc: Proc, ctd: Containerd, *, pods: int, port: int) -> Window:
         say(f"{proc.name}: idle with {pods} pods for {self.args.idle_minutes:g} min")
         samples: list[m.Sample] = []
+        calls_before = self.cri_operations(proc, port)
         runtime = [cpu_s(ctd.pid)]
         end = time.monotonic() + self.args.idle_minutes * 60
         while True:
@@ -309,7 +332,12 @@ class PodBench:
                 break
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         runtime.append(cpu_s(ctd.pid))
+        calls_after = self.cri_operations(proc, port)
         loads = [s.load1 for s in samples]
+        (started, before), (ended, after) = calls_before, calls_after
+        rates = None
+        if before is not None and after is not None:
+            rates = cri_calls.per_minute(before, after, ended - started)
         return Window(
             pods=pods,
             seconds=samples[-1].at - samples[0].at,
@@ -319,6 +347,7 @@ class PodBench:
             runtime_cpu_s=runtime[1] - runtime[0],
             load_mean=sum(loads) / len(loads),
             load_max=max(loads),
+            cri_per_min=rates,
         )
 
     def delete(self, proc: Proc, namespace: str) -> float | None:

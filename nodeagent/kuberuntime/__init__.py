@@ -1,6 +1,9 @@
 """The container runtime over CRI runtime.v1: client, protocols, messages and errors.
 
-The only package that imports ``cri_protos`` and ``grpc``. Typical use::
+The only package that imports ``cri_protos`` and ``grpc``. Every CRI call is counted in the
+kubelet's ``kubelet_runtime_operations_total``, ``..._duration_seconds`` and ``..._errors_total``
+by the kubelet's ``operation_type`` (``operations.py``; ``remote.py`` says which answers count as
+errors). Typical use::
 
     from nodeagent import kuberuntime
 

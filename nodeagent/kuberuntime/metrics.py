@@ -11,11 +11,17 @@ Prometheus registry, counted where the kubelet's ``SyncPod`` counts them:
   (``ErrImagePull``, ``CreateContainerConfigError``, ``CreateContainerError``,
   ``RunContainerError``, ``PostStartHookError``, ...);
 - ``kubelet_lifecycle_handler_http_fallbacks_total`` for each HTTPS hook that answered in
-  plain HTTP and succeeded that way.
+  plain HTTP and succeeded that way;
+- ``kubelet_runtime_operations_total``, ``..._duration_seconds`` and ``..._errors_total`` for
+  every CRI call, by the kubelet's ``operation_type`` (``operations.py``), counted by
+  :class:`RuntimeOperation` in the CRI client.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from types import TracebackType
 from typing import Final
 
 from prometheus_client import Counter, Histogram
@@ -69,3 +75,56 @@ def count_start(container_type: str, failure: str | None) -> None:
     STARTED_CONTAINERS.labels(container_type).inc()
     if failure is not None:
         STARTED_CONTAINERS_ERRORS.labels(container_type, failure).inc()
+
+
+RUNTIME_OPERATIONS_BUCKETS: Final = tuple(0.005 * 2.5**i for i in range(14))
+"""The kubelet's ``metrics.ExponentialBuckets(.005, 2.5, 14)``: 5 ms to 745 s."""
+
+RUNTIME_OPERATIONS: Final = Counter(
+    "kubelet_runtime_operations_total",
+    "Cumulative number of runtime operations by operation type.",
+    ["operation_type"],
+)
+RUNTIME_OPERATIONS_DURATION: Final = Histogram(
+    "kubelet_runtime_operations_duration_seconds",
+    "Duration in seconds of runtime operations. Broken down by operation type.",
+    ["operation_type"],
+    buckets=RUNTIME_OPERATIONS_BUCKETS,
+)
+RUNTIME_OPERATIONS_ERRORS: Final = Counter(
+    "kubelet_runtime_operations_errors_total",
+    "Cumulative number of runtime operation errors by operation type.",
+    ["operation_type"],
+)
+
+
+class RuntimeOperation:
+    """One CRI call, counted as the kubelet's instrumented services count it: on leaving the
+    block, one operation and its duration; one error too when the block raised (any
+    exception, a cancellation included: the kubelet's client returns the context's error) or
+    the caller set ``failed`` (an answer the kubelet's client turns into an error)."""
+
+    __slots__ = ("_clock", "_started", "failed", "operation_type")
+
+    def __init__(self, operation_type: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.operation_type = operation_type
+        self.failed = False
+        self._clock = clock
+        self._started = 0.0
+
+    def __enter__(self) -> RuntimeOperation:
+        self._started = self._clock()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None or self.failed:
+            RUNTIME_OPERATIONS_ERRORS.labels(self.operation_type).inc()
+        RUNTIME_OPERATIONS.labels(self.operation_type).inc()
+        RUNTIME_OPERATIONS_DURATION.labels(self.operation_type).observe(
+            self._clock() - self._started
+        )

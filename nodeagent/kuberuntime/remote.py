@@ -5,11 +5,16 @@ the kubelet's cri-client sets one: ``runtime_request_timeout`` (2m) by default, 
 RunPodSandbox, the grace period on top for StopContainer and the exec timeout on top for
 ExecSync; PullImage and the event stream have none. gRPC failures become the typed errors of
 ``errors.py`` naming the RPC and the endpoint.
+
+Every call is counted in the kubelet's ``kubelet_runtime_operations_*`` metrics (labelled by
+``operations.py``), with the errors the kubelet's client returns: any failed call (NotFound
+included), an ExecSync whose command exited non-zero, an ImageStatus answer without id or size,
+and every end of the event stream (EOF and the consumer leaving are errors there too).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TypeVar, final
 
 import grpc
@@ -25,6 +30,8 @@ from nodeagent.kuberuntime.endpoint import (
     parse_endpoint,
 )
 from nodeagent.kuberuntime.errors import CriError, cri_error
+from nodeagent.kuberuntime.metrics import RuntimeOperation
+from nodeagent.kuberuntime.operations import OPERATION_TYPES
 from nodeagent.kuberuntime.service import ImageService, RuntimeService
 from nodeagent.kuberuntime.types import (
     AuthConfig,
@@ -83,6 +90,14 @@ def translate(exc: grpc.aio.AioRpcError, *, rpc: str, endpoint: str) -> CriError
     if code is grpc.StatusCode.DEADLINE_EXCEEDED and details == _PY_DEADLINE_DETAILS:
         details = _GO_DEADLINE_DETAILS
     return cri_error(rpc=rpc, endpoint=endpoint, code=go_code_name(code), details=details)
+
+
+def _exited_non_zero(response: ExecSyncResponse) -> bool:
+    return response.exit_code != 0  # the kubelet's client returns a CodeExitError
+
+
+def _lacks_id_or_size(response: ImageStatusResponse) -> bool:
+    return response.HasField("image") and not (response.image.id and response.image.size)
 
 
 @final
@@ -150,14 +165,19 @@ class CriClient:
         response_type: type[R],
         *,
         deadline: float | None,
+        failed: Callable[[R], bool] | None = None,
     ) -> R:
+        """One unary call, counted; ``failed`` marks an answer the kubelet's client returns as
+        an error (counted as one here too)."""
         method = self._method(service, rpc, response_type, stream=False)
-        try:
-            response = await method(request, timeout=deadline)
-        except grpc.aio.AioRpcError as exc:
-            raise translate(exc, rpc=rpc, endpoint=self.endpoint) from exc
-        if not isinstance(response, response_type):  # pragma: no cover - deserializer above
-            raise TypeError(f"{rpc} returned {type(response).__name__}")
+        with RuntimeOperation(OPERATION_TYPES[rpc]) as operation:
+            try:
+                response = await method(request, timeout=deadline)
+            except grpc.aio.AioRpcError as exc:
+                raise translate(exc, rpc=rpc, endpoint=self.endpoint) from exc
+            if not isinstance(response, response_type):  # pragma: no cover - deserializer
+                raise TypeError(f"{rpc} returned {type(response).__name__}")
+            operation.failed = failed is not None and failed(response)
         return response
 
     # RuntimeService ----------------------------------------------------------------------
@@ -369,7 +389,14 @@ class CriClient:
             container_id=container_id, cmd=list(cmd), timeout=timeout_seconds
         )
         deadline = self._timeout + timeout_seconds if timeout_seconds > 0 else None
-        return await self._call(RUNTIME, "ExecSync", request, ExecSyncResponse, deadline=deadline)
+        return await self._call(
+            RUNTIME,
+            "ExecSync",
+            request,
+            ExecSyncResponse,
+            deadline=deadline,
+            failed=_exited_non_zero,
+        )
 
     # Streaming: the runtime answers with a URL on its own streaming server, which the
     # kubelet API proxies the client's upgraded connection to.
@@ -417,15 +444,17 @@ class CriClient:
 
     async def get_container_events(self) -> AsyncIterator[ContainerEventResponse]:
         method = self._method(RUNTIME, "GetContainerEvents", ContainerEventResponse, stream=True)
-        call = method(api.GetEventsRequest())
-        try:
-            async for event in call:
-                if isinstance(event, ContainerEventResponse):
-                    yield event
-        except grpc.aio.AioRpcError as exc:
-            raise translate(exc, rpc="GetContainerEvents", endpoint=self.endpoint) from exc
-        finally:
-            call.cancel()
+        with RuntimeOperation(OPERATION_TYPES["GetContainerEvents"]) as operation:
+            call = method(api.GetEventsRequest())
+            try:
+                async for event in call:
+                    if isinstance(event, ContainerEventResponse):
+                        yield event
+                operation.failed = True  # io.EOF: an error to the kubelet's client
+            except grpc.aio.AioRpcError as exc:
+                raise translate(exc, rpc="GetContainerEvents", endpoint=self.endpoint) from exc
+            finally:
+                call.cancel()
 
     # ImageService ------------------------------------------------------------------------
 
@@ -442,9 +471,14 @@ class CriClient:
         spec = as_image_spec(image)
         request = api.ImageStatusRequest(image=spec, verbose=verbose)
         response = await self._call(
-            IMAGES, "ImageStatus", request, ImageStatusResponse, deadline=self._timeout
+            IMAGES,
+            "ImageStatus",
+            request,
+            ImageStatusResponse,
+            deadline=self._timeout,
+            failed=_lacks_id_or_size,
         )
-        if response.HasField("image") and (not response.image.id or not response.image.size):
+        if _lacks_id_or_size(response):
             # The kubelet refuses such an answer too; a present image always has both.
             details = f'Id or size of image "{spec.image}" is not set'
             raise CriError(

@@ -1,15 +1,18 @@
 """The kubelet's metrics on a nodeagent node's ``/metrics``, read as a user reads them (through
 the apiserver's node proxy), after the real agent ran pods on the real containerd: a pod whose
-init container completes and whose container fails, and one refused at admission."""
+init container completes and whose container fails, and one refused at admission; the CRI
+calls that ran a pod, by the kubelet's ``operation_type``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import agent_node, wait_ready
+from agentproc import AgentNode, agent_node, running, sleeper_pod, wait_ready
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
@@ -60,13 +63,22 @@ def value(
     return all_.get((name, frozenset(labels.items())))
 
 
-async def test_the_node_serves_the_kubelets_pod_and_container_metrics(
+@contextlib.asynccontextmanager
+async def ready_node(
     control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
-) -> None:
+) -> AsyncIterator[AgentNode]:
+    """The agent as a new Node, Ready, its API reachable through the apiserver's node proxy."""
     async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
         configure(node, control_plane, free_port(), free_port())
         node.start()
         await wait_ready(control_plane, node, status="True", within=90)
+        yield node
+
+
+async def test_the_node_serves_the_kubelets_pod_and_container_metrics(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    async with ready_node(control_plane, containerd, tmp_path) as node:
         ns, kubectl = node.namespace, control_plane.kubectl
         kubectl("create", "-f", "-", input=json.dumps(pod("job", ns, node.name)))
         huge = pod("huge", ns, node.name)
@@ -129,3 +141,23 @@ async def test_the_node_serves_the_kubelets_pod_and_container_metrics(
         await until("no active pod", inactive, within=30, every=1)
         assert (value(found, "kubelet_pleg_relist_duration_seconds_count") or 0) > 0
         assert value(found, "kubelet_running_pods") is not None
+
+
+async def test_the_node_counts_its_cri_calls_by_the_kubelets_operation_type(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    async with ready_node(control_plane, containerd, tmp_path) as node:
+        body = sleeper_pod("sleeper", node.namespace, node.name)
+        control_plane.kubectl("create", "-f", "-", input=json.dumps(body))
+        await running(control_plane, node, "sleeper")
+        raw = f"/api/v1/nodes/{node.name}/proxy/metrics"
+        found = samples(control_plane.kubectl("get", "--raw", raw).stdout)
+        total = "kubelet_runtime_operations_total"
+        assert (value(found, total, operation_type="run_podsandbox") or 0) >= 1
+        assert (value(found, total, operation_type="start_container") or 0) >= 1
+        listed = value(
+            found,
+            "kubelet_runtime_operations_duration_seconds_count",
+            operation_type="list_containers",
+        )
+        assert (listed or 0) > 0

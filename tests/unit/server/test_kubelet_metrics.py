@@ -19,6 +19,12 @@ import nodeagent.pods.metrics
 import nodeagent.status.metrics
 
 DEF: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# metrics.ExponentialBuckets(.005, 2.5, 14), as Go computes it (each the last times 2.5)
+RUNTIME_OPS: Final = (
+    0.005, 0.0125, 0.03125, 0.078125, 0.1953125, 0.48828125, 1.220703125, 3.0517578125,
+    7.62939453125, 19.073486328125, 47.6837158203125, 119.20928955078125, 298.0232238769531,
+    745.0580596923828,
+)  # fmt: skip
 
 # name: (type, label names, buckets) of each metric in metrics.go, v1.36.3.
 KUBELET: Final[dict[str, tuple[str, tuple[str, ...], tuple[float, ...] | None]]] = {
@@ -41,7 +47,11 @@ KUBELET: Final[dict[str, tuple[str, tuple[str, ...], tuple[float, ...] | None]]]
     "kubelet_evented_pleg_connection_success_count": ("counter", (), None),
     "kubelet_evented_pleg_connection_latency_seconds": ("histogram", (), DEF),
     "kubelet_runtime_operations_total": ("counter", ("operation_type",), None),
-    "kubelet_runtime_operations_duration_seconds": ("histogram", ("operation_type",), None),
+    "kubelet_runtime_operations_duration_seconds": (
+        "histogram",
+        ("operation_type",),
+        RUNTIME_OPS,
+    ),
     "kubelet_runtime_operations_errors_total": ("counter", ("operation_type",), None),
     "kubelet_evictions": ("counter", ("eviction_signal",), None),
     "kubelet_eviction_stats_age_seconds": ("histogram", ("eviction_signal",), DEF),
@@ -180,6 +190,13 @@ SERVED: Final = {
     "kubelet_lifecycle_handler_http_fallbacks_total": (
         nodeagent.kuberuntime.metrics.LIFECYCLE_HTTP_FALLBACKS
     ),
+    "kubelet_runtime_operations_total": nodeagent.kuberuntime.metrics.RUNTIME_OPERATIONS,
+    "kubelet_runtime_operations_duration_seconds": (
+        nodeagent.kuberuntime.metrics.RUNTIME_OPERATIONS_DURATION
+    ),
+    "kubelet_runtime_operations_errors_total": (
+        nodeagent.kuberuntime.metrics.RUNTIME_OPERATIONS_ERRORS
+    ),
     "kubelet_terminated_containers_total": nodeagent.status.metrics.TERMINATED_CONTAINERS,
     "kubelet_image_garbage_collected_total": nodeagent.gc.metrics.IMAGES_COLLECTED,
     "kubelet_graceful_shutdown_start_time_seconds": nodeagent.nodeshutdown.metrics.START_TIME,
@@ -256,9 +273,6 @@ NOT_SERVED: Final = {
     "kubelet_cgroup_manager_duration_seconds": NOT_YET,
     "kubelet_pod_worker_start_duration_seconds": NOT_YET,
     "kubelet_pod_status_sync_duration_seconds": NOT_YET,
-    "kubelet_runtime_operations_total": NOT_YET,
-    "kubelet_runtime_operations_duration_seconds": NOT_YET,
-    "kubelet_runtime_operations_errors_total": NOT_YET,
     "kubelet_eviction_stats_age_seconds": NOT_YET,
     "kubelet_working_pods": NOT_YET,
     "kubelet_orphaned_runtime_pods_total": NOT_YET,
