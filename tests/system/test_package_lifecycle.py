@@ -26,6 +26,7 @@ from harness.vm.guest import (
     journal_cursor,
     main_pid,
     provision,
+    unit_properties,
     wait_until,
 )
 from harness.vm.pods import join_node, node_ready, pod_manifest, wait_pod
@@ -247,6 +248,7 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
     before = {p["metadata"]["name"]: _work(p) for p in _running_pods(control_plane, names, word)}
     tasks = _running_tasks(vm)
     old_pid = main_pid(vm)
+    old_start = _monotonic(vm, "ActiveEnterTimestampMonotonic")
     cursor = journal_cursor(vm)
     guest_deb = f"{GUEST_DIR}/{nodeagent_deb.name}"
     vm.put(guest_deb, nodeagent_deb.read_bytes())
@@ -257,19 +259,23 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
     assert installed_version(vm) == deb_version(nodeagent_deb)
     assert is_active(vm)
     assert main_pid(vm) not in {0, old_pid}
-    # journald takes PID 1's unit messages asynchronously; on a loaded TCG guest "Started"
-    # reaches the journal seconds after apt-get has returned: wait for it, then read.
+    # systemd's own record: the unit went inactive after the old start and active again after
+    # that (PID 1 logs "Stopping ..." over a non-blocking socket, which a loaded guest's
+    # journald can drop, so its journal lines are no proof either way).
+    stopped = _monotonic(vm, "InactiveEnterTimestampMonotonic")
+    started = _monotonic(vm, "ActiveEnterTimestampMonotonic")
+    assert old_start < stopped < started, (old_start, stopped, started)
+    # The old agent shut down in order: its own last words, through its stdout stream.
     wait_until(
         vm,
-        f"journalctl -u nodeagent --no-pager -o cat --after-cursor='{cursor}'"
-        " | grep -q '^Started nodeagent'",
+        f"journalctl _PID={old_pid} --no-pager -o cat --after-cursor='{cursor}' | grep -qx Stopped",
         timeout=60,
-        what="systemd's restart of the agent in the journal",
+        what="the old agent's 'Stopped' line in the journal",
     )
-    messages = [e.get("MESSAGE", "") for e in journal(vm, f"--after-cursor={cursor}")]
-    starts = [i for i, m in enumerate(messages) if m.startswith("Started nodeagent")]
-    stops = [i for i, m in enumerate(messages) if m.startswith("Stopping nodeagent")]
-    assert stops and starts and stops[0] < starts[-1], messages[-60:]
+    entries = journal(vm, f"--after-cursor={cursor}")
+    last_words = [e.get("MESSAGE", "") for e in entries if e.get("_PID") == str(old_pid)]
+    assert "Stopping" in last_words, last_words
+    assert last_words.index("Stopping") < last_words.index("Stopped"), last_words
     # The new agent is in charge once it has reported the Node's status (an agent always
     # reports at start); then every pod must still be the same containers, never restarted,
     # for a good while.
@@ -283,6 +289,11 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
         assert tasks <= _running_tasks(vm)
         time.sleep(3)
     assert node_ready(control_plane, node)
+
+
+def _monotonic(vm: Machine, name: str) -> int:
+    """A systemd timestamp property of the unit, in microseconds since boot."""
+    return int(unit_properties(vm, name)[name])
 
 
 def _heartbeat(control_plane: ControlPlane, node: str) -> str:
