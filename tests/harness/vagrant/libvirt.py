@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.hoststate import nft_tables, remove_libvirt_firewall
+
 URI = "qemu:///system"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -155,59 +157,6 @@ def libvirt_host(run_dir: Path) -> Iterator[LibvirtHost]:
             host.clean()
         finally:
             host.stop()
-
-
-def nft_tables() -> set[str]:
-    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True)
-    return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
-
-
-def remove_libvirt_firewall(tables_before: set[str]) -> list[str]:
-    """libvirtd's network driver adds empty ``LIBVIRT_*`` chains, and jumps to them from the base
-    chains, to the iptables(-nft) tables ``ip filter``, ``ip nat``, ... (creating the tables if
-    needed) when it starts, and never removes them. Remove those chains and jumps; then drop
-    each table that did not exist in `tables_before` and is left with nothing but empty base
-    chains. Rules of anyone else in the same tables stay."""
-    removed = []
-    for table in sorted(nft_tables()):
-        family_name = table.split()
-        listing = _nft("-a", "list", "table", *family_name)
-        chain = ""
-        for line in listing.splitlines():
-            words = line.split()
-            if words[:1] == ["chain"]:
-                chain = words[1]
-            elif "jump LIBVIRT_" in line and "# handle" in line:
-                handle = line.rsplit("# handle", 1)[1].strip()
-                _nft("delete", "rule", *family_name, chain, "handle", handle)
-        for line in _nft("list", "table", *family_name).splitlines():
-            words = line.split()
-            if words[:1] == ["chain"] and words[1].startswith("LIBVIRT_"):
-                _nft("delete", "chain", *family_name, words[1])
-                removed.append(f"{table} {words[1]}")
-        if table not in tables_before and _only_empty_base_chains(
-            _nft("list", "table", *family_name)
-        ):
-            _nft("delete", "table", *family_name)
-            removed.append(table)
-    return removed
-
-
-def _only_empty_base_chains(listing: str) -> bool:
-    """True when every chain in the table is a base chain (``type ... hook``) without rules."""
-    lines = [line.split() for line in listing.splitlines() if line.strip()]
-    for i, words in enumerate(lines):
-        if words[0] == "chain":
-            if i + 1 >= len(lines) or lines[i + 1][0] != "type":
-                return False  # a regular chain: someone else's (a kubelet's canary, ...)
-        elif words[0] not in {"table", "}", "type"}:
-            return False  # a rule, a set, a map: someone else's
-    return True
-
-
-def _nft(*args: str) -> str:
-    done = subprocess.run(["nft", *args], capture_output=True, text=True, check=False)
-    return done.stdout
 
 
 def processes_matching(*needles: str) -> list[str]:
