@@ -8,8 +8,8 @@ the machine. host-local keeps its leases in a private `dataDir`, not in /var/lib
 `loopback` plugin is not listed: containerd's CRI runs it itself for `lo` from the same bin dir.
 
 The bridge plugin creates the bridge on the first pod and, being a gateway, turns on
-`net.ipv4.ip_forward`; `remove_network` deletes the bridge and restores `ip_forward` when no other
-harness bridge is left.
+`net.ipv4.ip_forward`; `remove_network` deletes the bridge and, when no other harness bridge is
+left, restores `ip_forward` and removes the portmap plugin's chains from the root namespace.
 
 `na-cni0` on the node's podCIDR is `make up`'s. A test session (each xdist worker) takes a bridge
 and /24 of its own with `leased_network` (a lease file per index under `LEASES`, a dead holder's
@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.hoststate import remove_chains
 from harness.netsafety import NODE_POD_SUBNET, OUR_DEVICE_PREFIX
 
 NETWORK_NAME = "nodeagent"
@@ -82,6 +83,9 @@ def write_conflist(net: CniNetwork) -> Path:
     return path
 
 
+PORTMAP_CHAINS = ("CNI-HOSTPORT-", "CNI-DN-")
+
+
 def read_ip_forward() -> str:
     return IP_FORWARD.read_text().strip()
 
@@ -104,12 +108,16 @@ def check_subnet_free(net: CniNetwork) -> None:
 
 
 def remove_network(net: CniNetwork, *, ip_forward_before: str | None = None) -> None:
-    """Delete the bridge; put `ip_forward` back if it was off and no harness bridge remains."""
+    """Delete the bridge. When no harness bridge remains: put `ip_forward` back if it was off,
+    and remove the portmap plugin's chains (it adds ``CNI-HOSTPORT-*`` to the iptables-nft
+    ``ip nat`` table, creating it if need be, on the first pod and never removes them)."""
     if net.bridge in _links():
         subprocess.run(["ip", "link", "del", net.bridge], check=True, capture_output=True)
-    others = [name for name in _links() if name.startswith(OUR_DEVICE_PREFIX)]
-    if ip_forward_before == "0" and not others and read_ip_forward() != "0":
+    if any(name.startswith(OUR_DEVICE_PREFIX) for name in _links()):
+        return
+    if ip_forward_before == "0" and read_ip_forward() != "0":
         IP_FORWARD.write_text("0\n")
+    remove_chains(PORTMAP_CHAINS, tables_before=set())
 
 
 # --- a bridge and /24 of a test session's own --------------------------------------------------

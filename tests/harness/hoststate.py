@@ -11,6 +11,7 @@ kube-proxy. Used by the benchmarks that run the kubelet and by ``make conformanc
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class HostState:
     cgroups: set[Path] = field(default_factory=set)
     container_logs_existed: bool = True
     nft_tables: set[str] = field(default_factory=set)
+    nft_chains: set[str] = field(default_factory=set)
 
     @classmethod
     def snapshot(cls) -> HostState:
@@ -59,6 +61,7 @@ class HostState:
             cgroups=_kubepods(),
             container_logs_existed=CONTAINER_LOGS.exists(),
             nft_tables=nft_tables(),
+            nft_chains=nft_chains(),
         )
 
     def changes(self) -> list[str]:
@@ -72,10 +75,16 @@ class HostState:
         if not self.container_logs_existed and CONTAINER_LOGS.exists():
             found.append(f"directory {CONTAINER_LOGS}")
         found += [f"nft table {t}" for t in sorted(nft_tables() - self.nft_tables)]
+        found += [
+            f"nft chain {c}"
+            for c in sorted(nft_chains() - self.nft_chains)
+            if " ".join(c.split()[:2]) in self.nft_tables
+        ]
         return found
 
     def restore(self) -> None:
-        """Put the sysctls back, remove new kubepods cgroups (deepest first) and the log dir."""
+        """Put the sysctls back, remove new kubepods cgroups (deepest first), the log dir and
+        new KUBE- nft chains."""
         for key, old in self.sysctls.items():
             if old is not None and _read(Path("/proc/sys") / key) != old:
                 with contextlib.suppress(OSError):
@@ -88,17 +97,12 @@ class HostState:
             with contextlib.suppress(OSError):
                 CONTAINER_LOGS.rmdir()
         # The kubelet's iptables-nft canary and firewall chains (KUBE-KUBELET-CANARY,
-        # KUBE-FIREWALL) live in tables it creates in the root namespace; a new table without
-        # KUBE- chains is someone else's (kube-proxy's nftables mode names its own tables).
+        # KUBE-FIREWALL...) go into the iptables tables of the root namespace, which it creates
+        # if need be; kube-proxy's nftables mode names tables of its own.
         for table in sorted(nft_tables() - self.nft_tables):
-            listed = subprocess.run(
-                ["nft", "list", "table", *table.split()],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if "KUBE-" in listed.stdout or table.endswith(" kube-proxy"):
+            if table.endswith(" kube-proxy"):
                 subprocess.run(["nft", "delete", "table", *table.split()], check=False)
+        remove_chains(("KUBE-",), tables_before=self.nft_tables, keep=self.nft_chains)
 
 
 def nft_tables() -> set[str]:
@@ -106,29 +110,46 @@ def nft_tables() -> set[str]:
     return {line.removeprefix("table ").strip() for line in out.stdout.splitlines() if line}
 
 
-def remove_libvirt_firewall(tables_before: set[str]) -> list[str]:
-    """libvirtd's network driver adds empty ``LIBVIRT_*`` chains, and jumps to them from the base
-    chains, to the iptables(-nft) tables ``ip filter``, ``ip nat``, ... (creating the tables if
-    needed) when it starts, and never removes them. Remove those chains and jumps; then drop
-    each table that did not exist in `tables_before` and is left with nothing but empty base
-    chains. Rules of anyone else in the same tables stay."""
+def nft_chains() -> set[str]:
+    """Root-namespace nft chains as "family table chain" strings."""
+    found, table = set(), ""
+    for line in _nft("list", "chains").splitlines():
+        words = line.split()
+        if words[:1] == ["table"]:
+            table = " ".join(words[1:3])
+        elif words[:1] == ["chain"]:
+            found.add(f"{table} {words[1]}")
+    return found
+
+
+def remove_chains(
+    prefixes: tuple[str, ...], *, tables_before: set[str], keep: set[str] | None = None
+) -> list[str]:
+    """Remove every chain named with one of `prefixes` from the root namespace's nft tables,
+    with the rules that jump or go to them; then drop each table that did not exist in
+    `tables_before` and is left with nothing but empty base chains. Rules of anyone else in
+    the same tables stay, and so do the chains in `keep` ("family table chain", as
+    `nft_chains` gives them). What was removed, as "family table [chain]" strings.
+
+    iptables-nft users leave such chains behind for good: libvirtd's network driver
+    (``LIBVIRT_*``, added when it starts, never removed), the CNI portmap plugin
+    (``CNI-HOSTPORT-*``, ``CNI-DN-*``: created on the first pod with a port, never removed),
+    the kubelet's canaries (``KUBE-KUBELET-CANARY``, ``KUBE-FIREWALL``...)."""
     removed = []
     for table in sorted(nft_tables()):
         family_name = table.split()
+        kept = {k.removeprefix(f"{table} ") for k in keep or set() if k.startswith(f"{table} ")}
         listing = _nft("-a", "list", "table", *family_name)
-        chain = ""
-        for line in listing.splitlines():
-            words = line.split()
-            if words[:1] == ["chain"]:
-                chain = words[1]
-            elif "jump LIBVIRT_" in line and "# handle" in line:
-                handle = line.rsplit("# handle", 1)[1].strip()
-                _nft("delete", "rule", *family_name, chain, "handle", handle)
-        for line in _nft("list", "table", *family_name).splitlines():
-            words = line.split()
-            if words[:1] == ["chain"] and words[1].startswith("LIBVIRT_"):
-                _nft("delete", "chain", *family_name, words[1])
-                removed.append(f"{table} {words[1]}")
+        jumps, chains = chains_to_remove(listing, prefixes, keep=kept)
+        if not chains:
+            continue
+        for chain, handle in jumps:
+            _nft("delete", "rule", *family_name, chain, "handle", handle)
+        for chain in chains:
+            _nft("flush", "chain", *family_name, chain)
+        for chain in chains:
+            _nft("delete", "chain", *family_name, chain)
+            removed.append(f"{table} {chain}")
         if table not in tables_before and _only_empty_base_chains(
             _nft("list", "table", *family_name)
         ):
@@ -137,9 +158,38 @@ def remove_libvirt_firewall(tables_before: set[str]) -> list[str]:
     return removed
 
 
+def remove_libvirt_firewall(tables_before: set[str]) -> list[str]:
+    return remove_chains(("LIBVIRT_",), tables_before=tables_before)
+
+
+def chains_to_remove(
+    listing: str, prefixes: tuple[str, ...], *, keep: set[str] | frozenset[str] = frozenset()
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """From an ``nft -a list table`` listing: the chains named with one of `prefixes` but not
+    in `keep`, and the (chain, handle) of each rule that jumps or goes to one of them."""
+    chains = [
+        words[1]
+        for words in map(str.split, listing.splitlines())
+        if words[:1] == ["chain"] and words[1].startswith(prefixes) and words[1] not in keep
+    ]
+    jumps: list[tuple[str, str]] = []
+    chain = ""
+    for line in listing.splitlines():
+        words = line.split()
+        if words[:1] == ["chain"]:
+            chain = words[1]
+        elif "# handle" in line and any(
+            verb in {"jump", "goto"} and target in chains
+            for verb, target in itertools.pairwise(words)
+        ):
+            jumps.append((chain, line.rsplit("# handle", 1)[1].strip()))
+    return jumps, chains
+
+
 def _only_empty_base_chains(listing: str) -> bool:
     """True when every chain in the table is a base chain (``type ... hook``) without rules."""
     lines = [line.split() for line in listing.splitlines() if line.strip()]
+    lines = [words for words in lines if not words[0].startswith("#")]  # iptables-nft's warning
     for i, words in enumerate(lines):
         if words[0] == "chain":
             if i + 1 >= len(lines) or lines[i + 1][0] != "type":
