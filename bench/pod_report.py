@@ -108,6 +108,11 @@ def cri_tables(results: dict[str, Result], *, markdown: bool) -> list[str]:
         rates = {c: w.cri_per_min if w else None for c, w in windows.items()}
         header = [f"CRI calls/min, idle with {pods} pods", *results]
         tables.append(render(header, cri_calls.rows(rates), markdown=markdown))
+        calls = {c: w.runtime_calls_per_min if w else None for c, w in windows.items()}
+        if any(calls.values()):
+            ms = {c: w.runtime_ms_per_min if w else None for c, w in windows.items()}
+            header = [f"containerd served, calls/min (ms/min), idle with {pods} pods", *results]
+            tables.append(render(header, cri_calls.runtime_rows(calls, ms), markdown=markdown))
     return tables
 
 
@@ -131,7 +136,7 @@ def report(
     cri = cri_tables(results, markdown=args.markdown)
     for rendered in cri:
         lines += [rendered, ""]
-    lines += [cri_calls.CAVEAT, ""] if cri else []
+    lines += [cri_calls.CAVEAT, cri_calls.RUNTIME_CAVEAT, ""] if cri else []
     lines += [*per_pod(results), ""]
     for component, result in results.items():
         lines += [f"{component}: {n}" for n in result.notes]

@@ -48,6 +48,7 @@ from harness.build import Binaries, binaries
 from harness.cgroups import remove_cgroup_tree
 from harness.containerd import Containerd, ContainerdConfig, start_containerd, unmount_and_remove
 from harness.controlplane import ControlPlane, new_run_dir, start_control_plane
+from harness.controlplane_args import free_port
 from harness.hoststate import HostState
 from harness.images import BUSYBOX_IMAGE, build_images
 from harness.processes import Proc, StartupError, start, wait_for
@@ -81,6 +82,9 @@ class Window:
     load_mean: float
     load_max: float
     cri_per_min: dict[str, float] | None = None  # by operation_type; None: /metrics not read
+    # containerd's side, by CRI method: calls/min and ms/min serving them (None: not read)
+    runtime_calls_per_min: dict[str, float] | None = None
+    runtime_ms_per_min: dict[str, float] | None = None
 
 
 @dataclass
@@ -113,7 +117,12 @@ def pod_containerd(base: Path, *, log_path: Path) -> Iterator[Containerd]:
     cni.write_conflist(net)
     try:
         ctd = start_containerd(
-            ContainerdConfig(base_dir=base / "c", cni_conf_dir=net.conf_dir, log_path=log_path)
+            ContainerdConfig(
+                base_dir=base / "c",
+                cni_conf_dir=net.conf_dir,
+                log_path=log_path,
+                metrics_address=f"127.0.0.1:{free_port()}",
+            )
         )
         try:
             for image in build_images().values():
@@ -318,10 +327,22 @@ class PodBench:
             say(f"{proc.name}: /metrics on port {port}: {error}")
             return time.monotonic(), None
 
+    @staticmethod
+    def runtime_operations(ctd: Containerd) -> tuple[float, dict[str, float], dict[str, float]]:
+        """(now, containerd's CRI calls so far by method, seconds spent on them); empty when
+        its metrics could not be read."""
+        try:
+            assert ctd.metrics_address is not None
+            return time.monotonic(), *cri_calls.runtime_scrape(ctd.metrics_address)
+        except OSError as error:
+            say(f"containerd: /v1/metrics at {ctd.metrics_address}: {error}")
+            return time.monotonic(), {}, {}
+
     def idle(self, proc: Proc, ctd: Containerd, *, pods: int, port: int) -> Window:
         say(f"{proc.name}: idle with {pods} pods for {self.args.idle_minutes:g} min")
         samples: list[m.Sample] = []
         calls_before = self.cri_operations(proc, port)
+        served_before = self.runtime_operations(ctd)
         runtime = [cpu_s(ctd.pid)]
         end = time.monotonic() + self.args.idle_minutes * 60
         while True:
@@ -333,11 +354,18 @@ class PodBench:
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         runtime.append(cpu_s(ctd.pid))
         calls_after = self.cri_operations(proc, port)
+        served_after = self.runtime_operations(ctd)
         loads = [s.load1 for s in samples]
         (started, before), (ended, after) = calls_before, calls_after
         rates = None
         if before is not None and after is not None:
             rates = cri_calls.per_minute(before, after, ended - started)
+        served_calls = served_ms = None
+        if served_before[1] and served_after[1]:
+            window = served_after[0] - served_before[0]
+            served_calls = cri_calls.per_minute(served_before[1], served_after[1], window)
+            seconds = cri_calls.per_minute(served_before[2], served_after[2], window)
+            served_ms = {method: s * 1000 for method, s in seconds.items()}
         return Window(
             pods=pods,
             seconds=samples[-1].at - samples[0].at,
@@ -348,6 +376,8 @@ class PodBench:
             load_mean=sum(loads) / len(loads),
             load_max=max(loads),
             cri_per_min=rates,
+            runtime_calls_per_min=served_calls,
+            runtime_ms_per_min=served_ms,
         )
 
     def delete(self, proc: Proc, namespace: str) -> float | None:

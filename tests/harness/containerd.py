@@ -66,6 +66,9 @@ class ContainerdConfig:
     # <cni_conf_dir>/10-containerd-net.conflist from it when the kubelet (here: the agent)
     # sends the node's pod CIDR with UpdateRuntimeConfig.
     cni_conf_template: Path | None = None
+    # "127.0.0.1:PORT": serve Prometheus metrics at /v1/metrics there, with the gRPC server's
+    # per-method counters and handling-time histograms (the benches count CRI calls with it)
+    metrics_address: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,6 +80,7 @@ class Containerd:
     snapshotter: str
     log_path: Path
     proc: processes.Proc | None = dataclasses.field(default=None, compare=False, repr=False)
+    metrics_address: str | None = None  # ContainerdConfig.metrics_address
 
     @property
     def socket(self) -> Path:
@@ -153,6 +157,9 @@ def render_config(cfg: ContainerdConfig) -> str:
     restrict_oom = cfg.restrict_oom_score_adj
     if restrict_oom is None:
         restrict_oom = not has_capability(CAP_SYS_RESOURCE)
+    metrics = ""
+    if cfg.metrics_address is not None:
+        metrics = f"\n[metrics]\n  address = {q(cfg.metrics_address)}\n  grpc_histogram = true\n"
     return f"""version = 2
 root = {q(str(base / "root"))}
 state = {q(str(base / "state"))}
@@ -191,7 +198,7 @@ temp = {q(str(base / "tmp"))}
 {template}
 {cri}.registry]
   config_path = {q(str(base / "certs.d"))}
-"""
+{metrics}"""
 
 
 def _ctr(
@@ -256,7 +263,12 @@ def start_containerd(
         stop_containerd(base, proc=proc)
         raise
     return Containerd(
-        base_dir=base, pid=proc.pid, snapshotter=cfg.snapshotter, log_path=log, proc=proc
+        base_dir=base,
+        pid=proc.pid,
+        snapshotter=cfg.snapshotter,
+        log_path=log,
+        proc=proc,
+        metrics_address=cfg.metrics_address,
     )
 
 

@@ -97,3 +97,52 @@ def test_the_report_has_one_cri_table_per_idle_window() -> None:
     ]
     assert second.splitlines()[0] == "| CRI calls/min, idle with 100 pods | nodeagent | kubelet |"
     assert second.splitlines()[-1] == "| total | 6.0 | - |"  # the kubelet had no second window
+
+
+# As containerd 1.6 serves it at /v1/metrics with [metrics] grpc_histogram = true (trimmed).
+CONTAINERD_TEXT = """\
+# HELP grpc_server_handled_total Total number of RPCs completed on the server, regardless of \
+success or failure.
+# TYPE grpc_server_handled_total counter
+grpc_server_handled_total{grpc_code="OK",grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary"} 600
+grpc_server_handled_total{grpc_code="NotFound",grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary"} 3
+grpc_server_handled_total{grpc_code="OK",grpc_method="ContainerStatus",\
+grpc_service="runtime.v1alpha2.RuntimeService",grpc_type="unary"} 7
+grpc_server_handled_total{grpc_code="OK",grpc_method="ListImages",\
+grpc_service="runtime.v1.ImageService",grpc_type="unary"} 2
+grpc_server_handled_total{grpc_code="OK",grpc_method="List",\
+grpc_service="containerd.services.containers.v1.Containers",grpc_type="unary"} 40
+# HELP grpc_server_handling_seconds Histogram of response latency (seconds) of gRPC that had \
+been application-level handled by the server.
+# TYPE grpc_server_handling_seconds histogram
+grpc_server_handling_seconds_bucket{grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary",le="0.005"} 590
+grpc_server_handling_seconds_bucket{grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary",le="+Inf"} 603
+grpc_server_handling_seconds_sum{grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary"} 1.5
+grpc_server_handling_seconds_count{grpc_method="ContainerStatus",\
+grpc_service="runtime.v1.RuntimeService",grpc_type="unary"} 603
+grpc_server_handling_seconds_sum{grpc_method="ListImages",\
+grpc_service="runtime.v1.ImageService",grpc_type="unary"} 1.1347e-05
+"""
+
+
+def test_containerd_counts_each_cri_method_over_every_code_and_its_handling_time() -> None:
+    calls, seconds = cri_calls.handled(CONTAINERD_TEXT)
+
+    assert calls == {"ContainerStatus": 603.0, "ListImages": 2.0}  # v1 CRI only
+    assert seconds == {"ContainerStatus": 1.5, "ListImages": 1.1347e-05}
+
+
+def test_the_runtime_rows_give_calls_and_milliseconds_per_minute_and_totals() -> None:
+    calls = {"nodeagent": {"ContainerStatus": 600.0, "ListImages": 2.0}, "kubelet": None}
+    ms = {"nodeagent": {"ContainerStatus": 1500.0}, "kubelet": None}
+
+    assert cri_calls.runtime_rows(calls, ms) == [
+        ["ContainerStatus", "600.0 (1500)", "-"],
+        ["ListImages", "2.0 (0)", "-"],
+        ["total", "602.0 (1500)", "-"],
+    ]
