@@ -16,7 +16,7 @@ from nodeagent import cgroups, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
-from nodeagent.config import Config, features
+from nodeagent.config import Config, KubeletConfiguration, features
 from nodeagent.containerlogs import http as logs_http
 from nodeagent.containerlogs import nodelogs
 from nodeagent.containerlogs.nodelogs import NodeLogSettings
@@ -50,6 +50,7 @@ from nodeagent.server import Extension
 from nodeagent.server.service import server_manager
 from nodeagent.stats import http as stats_http
 from nodeagent.stats import volumemetrics
+from nodeagent.stats.cgroupv1 import V1PodCgroups
 from nodeagent.stats.housekeeping import CgroupStats
 from nodeagent.stats.node import memory_available as node_memory_available
 from nodeagent.stats.pressure import psi_summary
@@ -171,9 +172,17 @@ def node_stats(
         image_fs=pods.connection.image_fs_info,
         pod_logs_dir=config.kubelet.pod_logs_dir,
         persistent_volumes=pods.volumes.persistent_volume_stats if pods.volumes else None,
+        v1_pods=_v1_pod_cgroups(config.kubelet, v2=sampler.enabled),
     )
     volumemetrics.set_source(stats.persistent_entries)
     return stats, sampler
+
+
+def _v1_pod_cgroups(kubelet: KubeletConfiguration, *, v2: bool) -> V1PodCgroups | None:
+    """The pod cgroups' reader on a cgroup v1 host with the layout it knows (cgroupfs, QoS)."""
+    if v2 or kubelet.cgroup_driver != "cgroupfs" or not kubelet.cgroups_per_qos:
+        return None
+    return V1PodCgroups(cgroup_root=kubelet.cgroup_root)
 
 
 def _cgroup_v2() -> bool:

@@ -1,7 +1,8 @@
 """The Summary API (``/stats/summary``, stats/v1alpha1) from CRI stats and the node's sample.
 
-:class:`StatsProvider` asks CRI for ``ListPodSandboxStats`` (pod CPU and memory; the sum of its
-containers when the runtime does not implement it), ``ListContainerStats`` and the running
+:class:`StatsProvider` takes pod CPU and memory from the pod cgroups (the v2 sampler, or the v1
+reader of :mod:`.cgroupv1`), else from CRI's ``ListPodSandboxStats`` (the sum of its containers
+when the runtime does not implement it); it asks CRI for ``ListContainerStats`` and the running
 containers and sandboxes (start times), and samples the node. ``usageNanoCores`` is the rate
 between two samples: the runtime's own when it gives one, else the previous sample kept here
 (none on the very first request for a container, as the kubelet); for the node a first request
@@ -31,6 +32,7 @@ from nodeagent.log import get_logger
 from nodeagent.stats.cadvisor import Owner
 from nodeagent.stats.cadvisor import render as render_cadvisor
 from nodeagent.stats.cgroup import TreeSample
+from nodeagent.stats.cgroupv1 import V1PodCgroups
 from nodeagent.stats.disk import (
     Usage,
     VolumeStats,
@@ -72,6 +74,7 @@ class StatsProvider:
         volumes: VolumeStats | None = None,
         root_dir: str | None = None,
         persistent_volumes: Callable[[str], Awaitable[list[Json]]] | None = None,
+        v1_pods: V1PodCgroups | None = None,
     ) -> None:
         """``cgroups``: the cgroup v2 sampler (pods' and containers' CPU, memory, IO, pids
         and PSI from their cgroups, refreshed when older than ``max_sample_age`` housekeeping
@@ -79,7 +82,10 @@ class StatsProvider:
         ``volumes``: the pods' volumes, ``etc-hosts`` and pod log files (none without it).
         ``root_dir``: the agent's root dir (whether the images have a file system of their
         own is decided against it). ``persistent_volumes``: the Summary entries (no ``time``)
-        of a pod's claimed and CSI volumes, by pod UID (the volume manager measures them)."""
+        of a pod's claimed and CSI volumes, by pod UID (the volume manager measures them).
+        ``v1_pods``: on a cgroup v1 host, the pod cgroups (pods' CPU and memory without
+        ``ListPodSandboxStats``)."""
+        self._v1_pods = v1_pods
         self._persistent = persistent_volumes
         self._persistent_last: dict[str, list[Json]] = {}
         self._cgroups = cgroups
@@ -210,15 +216,7 @@ class StatsProvider:
             for sb_id, pod in pods.items():
                 pod.disk = disks.get(sandboxes[sb_id].metadata.uid)
         await self._add_persistent(pods, sandboxes, now)
-        if tree is not None:
-            for sb_id, pod in pods.items():
-                uid = sandboxes[sb_id].metadata.uid
-                if (cg := tree.pods.get(uid)) is not None:
-                    pod.cgroup = cg
-                    pod.cgroup_cores = self._cgroup_rate("p", uid)
-        if any(pod.cgroup is None for pod in pods.values()):
-            # a pod's cgroup figures replace the runtime's: ask for these only when needed
-            await self._pod_level(pods, now)
+        await self._pod_cpu_memory(pods, sandboxes, tree, now)
         node = node_json(self._node_name, sample, cores, time=now)
         if sample.max_pid is not None and sample.processes is not None:
             node["rlimit"] = {"time": now, "maxpid": sample.max_pid, "curproc": sample.processes}
@@ -258,12 +256,49 @@ class StatsProvider:
             self._log.warning("ListContainerStats failed; using the cgroups", error=str(e))
             return {}
 
+    async def _pod_cpu_memory(
+        self,
+        pods: dict[str, PodEntry],
+        sandboxes: dict[str, cri.PodSandbox],
+        tree: TreeSample | None,
+        now: str,
+    ) -> None:
+        """Each pod's CPU and memory: its cgroup (v2 sample or v1 files), else the runtime's."""
+        if tree is not None:
+            for sb_id, pod in pods.items():
+                uid = sandboxes[sb_id].metadata.uid
+                if (cg := tree.pods.get(uid)) is not None:
+                    pod.cgroup = cg
+                    pod.cgroup_cores = self._cgroup_rate("p", uid)
+        elif self._v1_pods is not None and pods:
+            await self._v1_pod_level(pods, sandboxes, now)
+        if any(pod.cgroup is None and pod.memory is None for pod in pods.values()):
+            # a pod's cgroup figures replace the runtime's: ask for these only when needed
+            await self._pod_level(pods, now)
+
+    async def _v1_pod_level(
+        self, pods: dict[str, PodEntry], sandboxes: dict[str, cri.PodSandbox], now: str
+    ) -> None:
+        """Pods' CPU and memory from their v1 cgroups (:mod:`.cgroupv1`), where found."""
+        assert self._v1_pods is not None
+        uids = {sandboxes[sb_id].metadata.uid: sb_id for sb_id in pods}
+        usage = await asyncio.to_thread(self._v1_pods.read, set(uids))
+        stamp = int(self._clock.now().timestamp() * 1_000_000_000)
+        for uid, found in usage.items():
+            sb_id = uids[uid]
+            cpu: Json = {"time": now}
+            if (cores := self._rate(sb_id)(stamp, found.cpu_ns)) is not None:
+                cpu["usageNanoCores"] = cores
+            cpu["usageCoreNanoSeconds"] = found.cpu_ns
+            pods[sb_id].cpu = cpu
+            pods[sb_id].memory = {"time": now, **found.memory}
+
     async def _pod_level(self, pods: dict[str, PodEntry], now: str) -> None:
         """The runtime's pod-level CPU and memory (``ListPodSandboxStats``), where it has them."""
         try:
             for ps in await self._runtime.list_pod_sandbox_stats():
                 pod = pods.get(ps.attributes.id)
-                if pod is None or not ps.HasField("linux"):
+                if pod is None or pod.memory is not None or not ps.HasField("linux"):
                     continue
                 if ps.linux.HasField("cpu"):
                     pod.cpu = cpu_json(ps.linux.cpu, time=now, rate=self._rate(ps.attributes.id))
@@ -332,6 +367,7 @@ def host_stats_provider(
     image_fs: Callable[[], Awaitable[cri.ImageFsInfoResponse]] | None = None,
     pod_logs_dir: str | None = None,
     persistent_volumes: Callable[[str], Awaitable[list[Json]]] | None = None,
+    v1_pods: V1PodCgroups | None = None,
 ) -> StatsProvider:
     """A provider over this host's ``/proc``, the file system holding ``fs_path`` (the root
     dir, whose ``pods/`` hold the pods' volumes) and, on cgroup v2, the pods' cgroups through
@@ -354,4 +390,5 @@ def host_stats_provider(
         volumes=VolumeStats(root_dir=fs_path, clock=clock, interval=interval),
         root_dir=fs_path,
         persistent_volumes=persistent_volumes,
+        v1_pods=v1_pods,
     )
