@@ -15,11 +15,11 @@ for both components.
 
 from __future__ import annotations
 
-import ssl
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.pki import CertPair, tls_client_context
 from prometheus_client.parser import text_string_to_metric_families
 
 METRIC = "kubelet_runtime_operations_total"
@@ -122,10 +122,7 @@ def runtime_rows(
 def scrape(port: int, *, cert: Path, key: Path) -> dict[str, float]:
     """The component's counter from ``https://127.0.0.1:<port>/metrics`` with a client
     certificate (its serving certificate is not checked); raises OSError."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    context.load_cert_chain(str(cert), str(key))
+    context = tls_client_context(CertPair(cert=cert, key=key))
     url = f"https://127.0.0.1:{port}/metrics"
     with urllib.request.urlopen(url, context=context, timeout=30) as response:
         return operations(response.read().decode())

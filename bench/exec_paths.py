@@ -46,6 +46,7 @@ from harness.build import binaries
 from harness.containerd import unmount_and_remove
 from harness.hoststate import HostState
 from harness.images import BUSYBOX_IMAGE
+from harness.pki import tls_client_context
 from node_idle import say
 
 NO_WEBSOCKETS = "kubelet-nows"
@@ -197,13 +198,8 @@ async def measure(
     bench: PathsBench, nodes: dict[str, ps.Node], count: int
 ) -> dict[str, dict[str, list[Phases]]]:
     plane = bench.plane
-    node_ctx = ssl.create_default_context()
-    node_ctx.check_hostname, node_ctx.verify_mode = False, ssl.CERT_NONE
-    pair = plane.pki.apiserver_kubelet_client
-    node_ctx.load_cert_chain(pair.cert, pair.key)
-    api_ctx = ssl.create_default_context(cafile=str(plane.ca_path))
-    api_ctx.check_hostname = False
-    api_ctx.load_cert_chain(str(plane.pki.admin.cert), str(plane.pki.admin.key))
+    node_ctx = tls_client_context(plane.pki.apiserver_kubelet_client)
+    api_ctx = tls_client_context(plane.pki.admin, ca=plane.ca_path, check_hostname=False)
     api_host, api_port = plane.server.split("//")[1].rsplit(":", 1)
     labels = list(nodes)
     results: dict[str, dict[str, list[Phases]]] = {

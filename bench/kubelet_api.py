@@ -34,7 +34,6 @@ import http.client
 import json
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from harness import netsafety
 from harness.build import binaries
 from harness.containerd import unmount_and_remove
 from harness.images import BUSYBOX_IMAGE
+from harness.pki import tls_client_context
 from node_idle import machine, say, versions_line
 
 TICKER_POD, TICKER = "ticker", "ticker"
@@ -246,10 +246,7 @@ class ApiBench(ps.PodBench):
         kubectl), with the admin client certificate, in a thread: ``count`` lines into ``got``.
         Its latency is the node's own part of the ``kubectl logs -f`` figure."""
         admin = self.plane.pki.admin
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the node's serving certificate is not the point
-        context.load_cert_chain(str(admin.cert), str(admin.key))
+        context = tls_client_context(admin)  # the node's serving certificate is not the point
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=60)
         conn.request(
             "GET",
@@ -289,9 +286,7 @@ class ApiBench(ps.PodBench):
     async def raw_execs(self, namespace: str, count: int) -> tuple[list[float], list[str]]:
         """``count`` WebSocket ``/exec`` of ``true`` in the ticker, each a new connection as
         kubectl makes it: (seconds from connect to the exit status, failures)."""
-        admin = self.plane.pki.admin
-        context = ssl.create_default_context(cafile=str(self.plane.ca_path))
-        context.load_cert_chain(str(admin.cert), str(admin.key))
+        context = tls_client_context(self.plane.pki.admin, ca=self.plane.ca_path)
         url = (
             f"{self.plane.server}/api/v1/namespaces/{namespace}/pods/{TICKER_POD}/exec"
             f"?command=true&container={TICKER}&stdout=true&stderr=true"

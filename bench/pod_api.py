@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import math
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from harness.pki import CertPair, tls_client_context
 
 WATCH_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
@@ -126,8 +126,7 @@ class Api:
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, *, server: str, ca: Path, cert: Path, key: Path) -> AsyncIterator[Api]:
-        context = ssl.create_default_context(cafile=str(ca))
-        context.load_cert_chain(str(cert), str(key))
+        context = tls_client_context(CertPair(cert=cert, key=key), ca=ca)
         async with (
             httpx.AsyncClient(base_url=server, verify=context, http2=True, timeout=60) as client,
             httpx.AsyncClient(base_url=server, verify=context, timeout=WATCH_TIMEOUT) as watcher,

@@ -43,18 +43,11 @@ from harness.controlplane_args import (
     first_service_ip,
     scheduler_argv,
 )
-from harness.pki import CertPair, Pki, create_pki, load_pki
+from harness.pki import CertPair, Pki, create_pki, load_pki, tls_client_context
 from harness.processes import Proc, StartupError, is_running, start, stop_pid, wait_for
 from harness.versions import load_versions
 
 READY_TIMEOUT = 180.0
-
-
-def _tls_context(ca: Path, client: CertPair | None) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(ca))
-    if client is not None:
-        context.load_cert_chain(str(client.cert), str(client.key))
-    return context
 
 
 def http_ok(url: str, *, context: ssl.SSLContext | None = None, body: bytes = b"ok") -> bool:
@@ -141,7 +134,7 @@ class ControlPlane:
 
         For what kubectl cannot express, e.g. a PATCH without kubectl's preceding GET.
         """
-        context = _tls_context(self.ca_path, client or self.pki.admin)
+        context = tls_client_context(client or self.pki.admin, ca=self.ca_path)
         content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
         request = urllib.request.Request(
             f"{self.server}{path}",
@@ -156,7 +149,7 @@ class ControlPlane:
             return error.code, json.loads(error.read() or b"null")
 
     def readyz(self) -> bool:
-        context = _tls_context(self.ca_path, self.pki.admin)
+        context = tls_client_context(self.pki.admin, ca=self.ca_path)
         return http_ok(f"{self.server}/readyz", context=context)
 
     def node_kubeconfig(self, name: str, *, validity: datetime.timedelta | None = None) -> Path:
@@ -445,9 +438,7 @@ def _etcd_healthy(port: int) -> bool:
 
 
 def _component_healthy(port: int) -> bool:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # self-signed serving cert made at startup
+    context = tls_client_context()  # self-signed serving cert made at startup
     return http_ok(f"https://{LOCALHOST}:{port}/healthz", context=context)
 
 

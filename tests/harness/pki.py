@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,23 @@ PrivateKey = ec.EllipticCurvePrivateKey
 class CertPair:
     cert: Path
     key: Path
+
+
+def tls_client_context(
+    client: CertPair | None = None, *, ca: Path | None = None, check_hostname: bool = True
+) -> ssl.SSLContext:
+    """A TLS client context presenting `client`'s certificate, if any. With `ca` the server's
+    certificate is checked against it (and its host name, unless `check_hostname` is off);
+    without, not at all: a node's or a component's self-signed serving certificate."""
+    context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    if ca is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.check_hostname = check_hostname
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    return context
 
 
 def new_key() -> PrivateKey:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.controlplane import ControlPlane, _tls_context
+from harness.controlplane import ControlPlane
 from harness.multinode import Node
+from harness.pki import tls_client_context
 
 from soak.invariants import (
     ApiNode,
@@ -54,7 +55,7 @@ def parse_time(value: str | None) -> float | None:
 def api_get(plane: ControlPlane, path: str) -> Any:
     """GET `path` as admin, within `API_TIMEOUT` (the apiserver hangs requests while etcd is
     away: the checker must not hang with them)."""
-    context = _tls_context(plane.ca_path, plane.pki.admin)
+    context = tls_client_context(plane.pki.admin, ca=plane.ca_path)
     request = urllib.request.Request(
         f"{plane.server}{path}", headers={"Accept": "application/json"}
     )
