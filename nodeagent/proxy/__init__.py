@@ -26,7 +26,9 @@ over twice ``syncPeriod``, ``/healthz`` also while the Node is deleted or tainte
 ``ToBeDeletedByClusterAutoscaler``) and each LoadBalancer Service's ``healthCheckNodePort``
 (``externalTrafficPolicy: Local``) on the NodePort addresses: 200 with ready endpoints on this
 node, else 503, with kube-proxy's JSON; a port that cannot be bound gives the Service a
-Warning Event ``FailedToStartServiceHealthcheck``. :mod:`.metricsserver` serves the
+Warning Event ``FailedToStartServiceHealthcheck``. As kube-proxy's proxier per family, each
+family has its own checks (on its NodePort addresses, else ``0.0.0.0`` or ``::``), counting
+that family's endpoints, opened and failing on their own. :mod:`.metricsserver` serves the
 ``kubeproxy_*`` metrics (:mod:`.metrics`) on ``proxy.metricsBindAddress`` (127.0.0.1:10249) as
 kube-proxy does, apart from the kubelet's ``/metrics``, including the conntrack reconciler's
 (``kubeproxy_conntrack_reconciler_sync_duration_seconds``, ``..._deleted_entries_total``).

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nodeagent.apiserver.resources import Resource
+from nodeagent.nft.objects import Family
 from nodeagent.proxy.model import (
     DEFAULT_AFFINITY_TIMEOUT,
     PROTOCOLS,
@@ -32,6 +33,7 @@ from nodeagent.proxy.model import (
     ServiceName,
     ServicePort,
     ServicePortName,
+    family_of,
 )
 from nodeagent.proxy.validation import PROXY_NAME_LABEL, canonical_ip
 
@@ -101,6 +103,15 @@ def service_ports(obj: Obj) -> list[ServicePort]:
             )
         )
     return ports
+
+
+def service_families(obj: Obj) -> list[Family]:
+    """The families of the Service's cluster IPs, in their order (kube-proxy's proxier of a
+    family sees a Service only through a cluster IP of that family)."""
+    spec = obj.get("spec") or {}
+    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    found = (family_of(ip) for ip in ips if isinstance(ip, str) and ip and ip != "None")
+    return list(dict.fromkeys(f for f in found if f is not None))
 
 
 def health_check_node_port(obj: Obj) -> int | None:

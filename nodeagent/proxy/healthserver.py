@@ -122,12 +122,16 @@ class _Check:
 
 @dataclass
 class ServiceHealthServers:
-    """The per-Service health checks; :meth:`sync` opens and closes them after each sync."""
+    """One family's per-Service health checks; :meth:`sync` opens and closes them after each
+    sync. As kube-proxy's, one set per IP family: a dual-stack Service's check is opened in
+    each family on its own (``tcp4`` and ``tcp6``), and fails, with its own Event, on its own;
+    without ``addresses`` of the family it listens on ``any_address``."""
 
     addresses: tuple[str, ...]
     health: ProxyHealth
     node_name: str = ""
     events: ServiceEvents | None = None
+    any_address: str = "0.0.0.0"  # "::" for the IPv6 family
     log: Logger = field(default_factory=lambda: get_logger("proxy"))
     _checks: dict[ServiceName, _Check] = field(default_factory=dict)
 
@@ -167,7 +171,7 @@ class ServiceHealthServers:
         await runner.setup()
         address = ""
         try:
-            for address in self.addresses or ("0.0.0.0",):
+            for address in self.addresses or (self.any_address,):
                 await web.TCPSite(runner, address, port, reuse_address=True).start()
         except OSError as e:
             await runner.cleanup()

@@ -23,7 +23,12 @@ from nodeagent.log import Logger, get_logger
 from nodeagent.nft.errors import NftError
 from nodeagent.nft.interface import NFTablesInterface
 from nodeagent.nft.objects import Family
-from nodeagent.proxy.api import endpoints_by_port, health_check_node_port, service_ports
+from nodeagent.proxy.api import (
+    endpoints_by_port,
+    health_check_node_port,
+    service_families,
+    service_ports,
+)
 from nodeagent.proxy.conntrack import Conntrack
 from nodeagent.proxy.family import Applied, FamilyTable
 from nodeagent.proxy.fullbuild import Desired
@@ -31,7 +36,7 @@ from nodeagent.proxy.gcpause import paused_gc
 from nodeagent.proxy.health import ProxyHealth
 from nodeagent.proxy.healthserver import ServiceHealthServers
 from nodeagent.proxy.metrics import ProxyMetrics
-from nodeagent.proxy.model import ServiceName, ServicePortName
+from nodeagent.proxy.model import ServiceName, ServicePortName, family_of
 from nodeagent.proxy.policy import select
 from nodeagent.proxy.settings import ProxySettings
 from nodeagent.proxy.tracking import ObjectStore, ServiceTracker
@@ -52,13 +57,14 @@ class ProxyManager:
         zone: Callable[[], str] = lambda: "",
         zone_changed: Callable[[Callable[[Any], bool]], Awaitable[Any]] | None = None,
         health: ProxyHealth | None = None,
-        service_health: ServiceHealthServers | None = None,
+        service_health: Mapping[Family, ServiceHealthServers] | None = None,
     ) -> None:
         self._settings = settings
         self.health = health or ProxyHealth(now=clock.now)
-        self._service_health = service_health
-        # Services with a healthCheckNodePort: (port, ready endpoints on this node)
-        self._health_checks: dict[ServiceName, tuple[int, int]] = {}
+        self._service_health = service_health or {}
+        # Services with a healthCheckNodePort: (port, ready endpoints on this node by family,
+        # for each family of the Service's cluster IPs: kube-proxy's proxier per family)
+        self._health_checks: dict[ServiceName, tuple[int, dict[Family, int]]] = {}
         # service ports with a Local policy and no endpoint on this node: (internal, external)
         self._no_local: dict[ServicePortName, tuple[bool, bool]] = {}
         self._zone_of_node = zone
@@ -158,9 +164,10 @@ class ProxyManager:
         self._after_success(full=full, duration=duration, applied=applied)
         for family in self._tables:
             self.health.updated(family)
-        if self._service_health is not None:
-            hcs = self._health_checks
-            await self._service_health.sync(
+        for family, servers in self._service_health.items():
+            hcs = {n: (port, local[family]) for n, (port, local) in self._health_checks.items()
+                   if family in local}  # fmt: skip
+            await servers.sync(
                 {n: port for n, (port, _) in hcs.items()}, {n: c for n, (_, c) in hcs.items()}
             )
         if full:
@@ -195,7 +202,11 @@ class ProxyManager:
         if hc is None:
             self._health_checks.pop(name, None)
         else:
-            local = sum(e.ready and e.node_name == node for found in eps.values() for e in found)
+            local = dict.fromkeys(service_families(obj), 0)
+            for found in eps.values():
+                for e in found:
+                    if e.ready and e.node_name == node and (f := family_of(e.ip)) in local:
+                        local[f] += 1
             self._health_checks[name] = (hc, local)
         wanted = {}
         for p in service_ports(obj):

@@ -144,13 +144,17 @@ class ServiceProxy:
         )
         # kube-proxy's health timeout: twice the sync period
         health = ProxyHealth(now=self._clock.now, health_timeout=2 * settings.sync_period)
-        service_health = ServiceHealthServers(
-            addresses=settings.nodeport_ips,
-            health=health,
-            node_name=self._node_name,
-            events=self._events,
-            log=self._log,
-        )
+        service_health = {
+            family: ServiceHealthServers(
+                addresses=settings.of_family(settings.nodeport_ips, family),
+                health=health,
+                node_name=self._node_name,
+                events=self._events,
+                any_address="::" if family == "ip6" else "0.0.0.0",
+                log=self._log,
+            )
+            for family in settings.families
+        }
         self.manager = ProxyManager(
             settings=settings,
             services=self._services,
@@ -184,7 +188,8 @@ class ServiceProxy:
                 tasks.create_task(self._watch_node(health))
                 await self.manager.run()
         finally:
-            await service_health.close()
+            for servers in service_health.values():
+                await servers.close()
 
     async def _watch_node(self, health: ProxyHealth) -> None:
         """The node's eligibility for the health server: deleted, being deleted or tainted

@@ -128,7 +128,7 @@ class RunningProxy:
                 health=ProxyHealth(now=RealClock().now),
                 node_name=NODE_NAME,
                 events=self.events,
-            )
+            )  # the IPv4 family's, the test's only one
         self.service_health = service_health
         services, slices = proxy_caches(self.api)
         in_node = ("ip", "netns", "exec", topo.node)
@@ -144,7 +144,7 @@ class RunningProxy:
             nft={"ip": NFTables(family="ip", table="nodeagent", argv=(*in_node, "nft"))},
             conntrack=ConntrackTool(argv=(*in_node, "conntrack")),
             clock=RealClock(),
-            service_health=service_health,
+            service_health={"ip": service_health} if service_health is not None else None,
         )
         runs = (services.run(), slices.run(), self.events.run(), self.manager.run())
         self.tasks = [asyncio.create_task(t) for t in runs]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from nodeagent.clock import FrozenClock
 from nodeagent.nft.objects import Family
+from nodeagent.proxy.healthserver import ServiceHealthServers
 from nodeagent.proxy.manager import ProxyManager
 from nodeagent.proxy.settings import ProxySettings
 from nodeagent.proxy.tracer import Trace, Tracer
@@ -134,6 +135,7 @@ class Proxy:
         services: Iterable[Obj] = (),
         slices: Iterable[Obj] = (),
         families: tuple[Family, ...] = ("ip",),
+        service_health: Mapping[Family, ServiceHealthServers] | None = None,
         **settings: Any,
     ) -> None:
         settings.setdefault("cluster_cidrs", ("10.244.0.0/16", "fd00:244::/48"))
@@ -152,6 +154,7 @@ class Proxy:
             nft=self.nft,  # type: ignore[arg-type]  # the fake has the interface, not the type
             conntrack=self.conntrack,
             clock=self.clock,
+            service_health=service_health,
         )
 
     async def sync(self, *, full: bool = False) -> bool:

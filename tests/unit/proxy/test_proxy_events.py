@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from proxy_builders import NODE, Proxy, endpoint, endpoint_slice, service
 
 from nodeagent.apiserver import ServerError
 from nodeagent.events import ObjectReference
@@ -156,3 +157,60 @@ async def test_a_health_check_port_in_use_records_kube_proxys_warning_on_the_ser
         f" listen tcp4 127.0.0.1:{port}: bind: address already in use"
     )
     assert recorded.events == [(WEB, "Warning", REASON, "Listen", note)] * 2
+
+
+async def test_a_dual_stack_service_has_a_health_check_per_family_each_failing_on_its_own() -> None:
+    """kube-proxy runs a proxier per family, each with its own health check servers: the
+    IPv4 port taken gives one Event naming tcp4, and the IPv6 check still answers; a
+    single-stack Service's check opens in its own family only."""
+    recorded = Recorded()
+    health = ProxyHealth(now=lambda: EPOCH)
+    servers = {
+        "ip": ServiceHealthServers(
+            addresses=("127.0.0.1",), health=health, node_name="n1", events=recorded
+        ),
+        "ip6": ServiceHealthServers(
+            addresses=("::1",), health=health, node_name="n1", events=recorded, any_address="::"
+        ),
+    }
+    with socket.socket() as taken, socket.socket() as free:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        free.bind(("127.0.0.1", 0))
+        v4_only_port = free.getsockname()[1]
+        free.close()
+        lb = {"type_": "LoadBalancer", "externalTrafficPolicy": "Local"}
+        proxy = Proxy(
+            families=("ip", "ip6"),
+            service_health=servers,
+            services=[
+                service("web", "10.96.0.10", namespace="team-a", healthCheckNodePort=port,
+                        clusterIPs=["10.96.0.10", "fd00:96::10"], **lb),
+                service("v4", "10.96.0.11", namespace="team-a",
+                        healthCheckNodePort=v4_only_port, **lb),
+            ],
+            slices=[
+                endpoint_slice("web", [endpoint("fd00:244::5", node=NODE)], namespace="team-a",
+                               address_type="IPv6"),
+            ],
+        )  # fmt: skip
+        try:
+            assert await proxy.sync(full=True)
+            six = await asyncio.open_connection("::1", port)
+            six[1].write(b"GET / HTTP/1.0\r\n\r\n")
+            answer = await six[0].read()
+            six[1].close()
+            assert servers["ip6"].local_endpoints(ServiceName("team-a", "v4")) is None
+            assert servers["ip"].local_endpoints(ServiceName("team-a", "v4")) == 0
+        finally:
+            for s in servers.values():
+                await s.close()
+
+    note = (
+        f'node n1 failed to start healthcheck "team-a/web" on port {port}:'
+        f" listen tcp4 127.0.0.1:{port}: bind: address already in use"
+    )
+    assert recorded.events == [(WEB, "Warning", REASON, "Listen", note)]
+    assert answer.startswith(b"HTTP/1.0 200 OK"), answer  # one local IPv6 endpoint
+    assert b'"localEndpoints": 1' in answer
