@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.hoststate import remove_chains
+from harness.hoststate import drop_empty_tables, remove_chains
 from harness.netsafety import NODE_POD_SUBNET, OUR_DEVICE_PREFIX
 
 NETWORK_NAME = "nodeagent"
@@ -118,6 +118,7 @@ def remove_network(net: CniNetwork, *, ip_forward_before: str | None = None) -> 
     if ip_forward_before == "0" and read_ip_forward() != "0":
         IP_FORWARD.write_text("0\n")
     remove_chains(PORTMAP_CHAINS, tables_before=set())
+    drop_empty_tables(("ip nat", "ip6 nat"))
 
 
 # --- a bridge and /24 of a test session's own --------------------------------------------------

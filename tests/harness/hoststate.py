@@ -158,6 +158,24 @@ def remove_chains(
     return removed
 
 
+def drop_empty_tables(tables: tuple[str, ...]) -> list[str]:
+    """Delete each of `tables` ("family name") that holds nothing at all: no chain, set or
+    map. The portmap plugin's teardown leaves such an ``ip6 nat`` behind (it clears its chains
+    in both families, which makes iptables-nft create the table)."""
+    dropped = []
+    for table in tables:
+        if table not in nft_tables():
+            continue
+        listing = _nft("list", "table", *table.split())
+        words = [
+            w for line in listing.splitlines() if not line.startswith("#") for w in line.split()
+        ]
+        if words == ["table", *table.split(), "{", "}"]:
+            _nft("delete", "table", *table.split())
+            dropped.append(table)
+    return dropped
+
+
 def remove_libvirt_firewall(tables_before: set[str]) -> list[str]:
     return remove_chains(("LIBVIRT_",), tables_before=tables_before)
 

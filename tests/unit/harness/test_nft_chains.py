@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from harness import hoststate
 from harness.hoststate import _only_empty_base_chains, chains_to_remove
 
 PORTMAP_NAT = """\
@@ -80,3 +82,20 @@ table ip nat {
     assert _only_empty_base_chains(emptied)
     assert _only_empty_base_chains("table ip6 nat {\n}\n")
     assert not _only_empty_base_chains(PORTMAP_NAT)
+
+
+def test_only_a_table_with_nothing_in_it_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    listings = {"ip6 nat": "table ip6 nat {\n}\n", "ip nat": PORTMAP_NAT}
+    deleted: list[tuple[str, ...]] = []
+
+    def nft(*args: str) -> str:
+        if args[0] == "delete":
+            deleted.append(args)
+            return ""
+        return listings[" ".join(args[2:4])]
+
+    monkeypatch.setattr(hoststate, "_nft", nft)
+    monkeypatch.setattr(hoststate, "nft_tables", lambda: set(listings))
+
+    assert hoststate.drop_empty_tables(("ip nat", "ip6 nat", "inet filter")) == ["ip6 nat"]
+    assert deleted == [("delete", "table", "ip6", "nat")]
