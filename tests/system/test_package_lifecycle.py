@@ -265,7 +265,10 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
     stopped = _monotonic(vm, "InactiveEnterTimestampMonotonic")
     started = _monotonic(vm, "ActiveEnterTimestampMonotonic")
     assert old_start < stopped < started, (old_start, stopped, started)
-    # The old agent shut down in order: its own last words, through its stdout stream.
+    # The old agent shut down in order: its last line is "Stopped" with exit code 0. (Its
+    # "Stopping" line is not asserted: two CI runs on the loaded TCG guest each lost one entry
+    # at this moment, PID 1's "Stopping nodeagent.service" once and the agent's own "Stopping"
+    # once, while every later entry arrived.)
     wait_until(
         vm,
         f"journalctl _PID={old_pid} --no-pager -o cat --after-cursor='{cursor}' | grep -qx Stopped",
@@ -273,9 +276,8 @@ def test_upgrade_with_running_pods_restarts_the_agent_which_adopts_them(
         what="the old agent's 'Stopped' line in the journal",
     )
     entries = journal(vm, f"--after-cursor={cursor}")
-    last_words = [e.get("MESSAGE", "") for e in entries if e.get("_PID") == str(old_pid)]
-    assert "Stopping" in last_words, last_words
-    assert last_words.index("Stopping") < last_words.index("Stopped"), last_words
+    last = [e for e in entries if e.get("_PID") == str(old_pid)][-1]
+    assert (last.get("MESSAGE"), last.get("EXIT_CODE")) == ("Stopped", "0"), last
     # The new agent is in charge once it has reported the Node's status (an agent always
     # reports at start); then every pod must still be the same containers, never restarted,
     # for a good while.
