@@ -11,7 +11,8 @@ node: each create -> Running on its own); then ``--pods`` pods (busybox ``sleep
 3600``, image present, no service account token volume) are created at once through the
 scheduler and watched until every one is Running and Ready; after ``--settle`` seconds the
 component's RSS and CPU are sampled every second for ``--idle-minutes``, and its CRI calls
-per minute by operation read from its ``/metrics`` at both ends (`cri_calls`); then ``--more``
+per minute by operation read from its ``/metrics`` at both ends, with the calls containerd
+served and the time it spent on them by method from containerd's own (`cri_calls`); then ``--more``
 pods are created at once (startup recorded the same way) and the idle window is repeated with
 all of them. Finally the pods are deleted through the API (the component kills them and
 removes the objects), the component and containerd are stopped, and its Node, Lease, cgroups,
