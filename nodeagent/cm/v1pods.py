@@ -19,10 +19,9 @@ import os
 from pathlib import Path
 from typing import Final
 
-from nodeagent.kuberuntime.sandbox import POD_CGROUP_PREFIX
+from nodeagent.kuberuntime.sandbox import POD_CGROUP_PREFIX, QOS_DIRS
 
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
-QOS_DIRS: Final = ("", "burstable", "besteffort")
 
 
 def pod_uid(name: str) -> str | None:

@@ -24,6 +24,8 @@ from nodeagent.sysctl import normalize_name
 PROTOCOLS: Final = {"TCP": api.TCP, "UDP": api.UDP, "SCTP": api.SCTP}
 POD_CGROUP_PREFIX: Final = "pod"
 KUBEPODS: Final = "kubepods"
+# the cgroupfs directories of the QoS classes below kubepods (Guaranteed pods sit in kubepods)
+QOS_DIRS: Final = ("", "burstable", "besteffort")
 
 
 def _root_parts(cgroup_root: str) -> list[str]:

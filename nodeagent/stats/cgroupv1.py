@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
-QOS_DIRS: Final = ("", "burstable", "besteffort")
-POD_PREFIX: Final = "pod"
+from nodeagent.cgroups import CGROUP_MOUNT
+from nodeagent.kuberuntime.sandbox import KUBEPODS, POD_CGROUP_PREFIX, QOS_DIRS, root_cgroup_name
+from nodeagent.stats.cgroup import parse_flat_keyed
+
 UNLIMITED_MEMORY: Final = 1 << 62  # the kubelet's isMemoryUnlimited: above this, no limit
+STAT_KEYS: Final = frozenset({"total_inactive_file", "total_rss", "pgfault", "pgmajfault"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +43,7 @@ class PodUsage:
 
 def memory_fields(usage: int, limit: int, stat: str) -> dict[str, int]:
     """The Summary API's pod ``memory`` (no ``time``) from a v1 memory cgroup's files."""
-    values: dict[str, int] = {}
-    for line in stat.splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            values[key] = int(value)
+    values = parse_flat_keyed(stat, STAT_KEYS)
     working = max(0, usage - values.get("total_inactive_file", 0))
     out = {
         "usageBytes": usage,
@@ -66,10 +64,10 @@ def _read_int(path: Path) -> int:
 class V1PodCgroups:
     """The pod cgroups under ``<mount>/{cpuacct,memory}/<cgroup_root>/kubepods`` (cgroupfs)."""
 
-    def __init__(self, *, cgroup_root: str = "", mount: Path = CGROUP_MOUNT) -> None:
-        parts = [p for p in cgroup_root.split("/") if p]
-        self._cpuacct = mount.joinpath("cpuacct", *parts, "kubepods")
-        self._memory = mount.joinpath("memory", *parts, "kubepods")
+    def __init__(self, *, cgroup_root: str = "", mount: Path = Path(CGROUP_MOUNT)) -> None:
+        parts = root_cgroup_name(cgroup_root)
+        self._cpuacct = mount.joinpath("cpuacct", *parts, KUBEPODS)
+        self._memory = mount.joinpath("memory", *parts, KUBEPODS)
 
     def read(self, uids: set[str]) -> dict[str, PodUsage]:
         """Each pod of ``uids`` whose cgroup is found and readable; the others are left out (a
@@ -82,8 +80,8 @@ class V1PodCgroups:
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for name in names:
-                uid = name.removeprefix(POD_PREFIX)
-                if not name.startswith(POD_PREFIX) or uid not in uids or uid in found:
+                uid = name.removeprefix(POD_CGROUP_PREFIX)
+                if not name.startswith(POD_CGROUP_PREFIX) or uid not in uids or uid in found:
                     continue
                 memory_dir = (self._memory / qos if qos else self._memory) / name
                 try:

@@ -108,7 +108,11 @@ async def test_summary_and_resource_metrics_show_a_busy_pod(
     assert "\nresource_scrape_error 0\n" in text
 
 
-@pytest.mark.skipif(V2, reason="the pod cgroups of a cgroup v1 host (the v2 sampler has its own)")
+@pytest.mark.skipif(
+    V2,
+    reason="reads a cgroup v1 host's pod cgroups; on a v2 host pods come from the v2 sampler"
+    " (test_pod_cgroups_spare_the_runtime_pod_stats_call, and the VM tier)",
+)
 async def test_on_cgroup_v1_a_pods_figures_are_its_cgroups_without_list_pod_sandbox_stats(
     served: tuple[Node, aiohttp.ClientSession, str],
 ) -> None:
