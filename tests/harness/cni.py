@@ -110,7 +110,8 @@ def check_subnet_free(net: CniNetwork) -> None:
 def remove_network(net: CniNetwork, *, ip_forward_before: str | None = None) -> None:
     """Delete the bridge. When no harness bridge remains: put `ip_forward` back if it was off,
     and remove the portmap plugin's chains (it adds ``CNI-HOSTPORT-*`` to the iptables-nft
-    ``ip nat`` table, creating it if need be, on the first pod and never removes them)."""
+    ``ip nat`` table, creating it if need be, on the first pod and never removes them), then
+    drop an ``ip nat``/``ip6 nat`` left with nothing in it (its teardown creates ``ip6 nat``)."""
     if net.bridge in _links():
         subprocess.run(["ip", "link", "del", net.bridge], check=True, capture_output=True)
     if any(name.startswith(OUR_DEVICE_PREFIX) for name in _links()):
