@@ -2,10 +2,15 @@
 followed while the container runs.
 
 The files of one log are ``<path>.<YYYYMMDD-HHMMSS>[.gz]`` (rotated by the log manager, the
-older ones gzipped) and ``<path>`` itself, the one the runtime writes. :func:`read_log` yields
-the bytes the client receives. File reads run in ``asyncio.to_thread`` (the blocking edge),
-except a follower's reads of what was just written (page cache, at most 64 KiB at a time);
-parsing and filtering run on the loop, one chunk at a time.
+older ones gzipped) and ``<path>`` itself, the one the runtime writes. At a rotation the
+runtime ends the old file with the part of a line it had read so far, as a partial record, and
+starts the new file with the rest: a whole read joins the two (one parser across the files);
+the oldest file left may start with the rest of a line whose start was in a removed file, and
+that rest is shown as a line of its own, as the kubelet (which reads only ``<path>``) shows it
+when ``<path>`` starts so. :func:`read_log` yields the bytes the client receives. File reads
+run in ``asyncio.to_thread`` (the blocking edge), except a follower's reads of what was just
+written (page cache, at most 64 KiB at a time); parsing and filtering run on the loop, one
+chunk at a time.
 
 Follow keeps the current file open: at its end it waits on :class:`DirWatch` (inotify) for a
 write or a rotation. Given a :class:`Sink` (the HTTP response's connection), what the runtime
@@ -70,13 +75,16 @@ def _read_whole(path: str) -> bytes:
         return f.read()
 
 
-async def _file_entries(path: str) -> list[Entry]:
+async def _file_data(path: str) -> bytes:
     try:
-        data = await asyncio.to_thread(_read_whole, path)
+        return await asyncio.to_thread(_read_whole, path)
     except (FileNotFoundError, EOFError, gzip.BadGzipFile):
-        return []  # removed by the rotation or garbage collection meanwhile
+        return b""  # removed by the rotation or garbage collection meanwhile
+
+
+async def _file_entries(path: str) -> list[Entry]:
     parser = LogParser()
-    return parser.feed(data) + parser.flush()
+    return parser.feed(await _file_data(path)) + parser.flush()
 
 
 class _Output:
@@ -171,8 +179,11 @@ async def read_log(
             if chunk := out.render(entries):
                 yield chunk
         else:
+            # one parser for all the files: the runtime ends a file it stops writing at a
+            # rotation with the line read so far as a partial (P) record, and the next file
+            # starts with the rest of that line
             for name in rotated:
-                if chunk := out.render(await _file_entries(name)):
+                if chunk := out.render(parser.feed(await _file_data(name))):
                     yield chunk
                 if out.done:
                     return

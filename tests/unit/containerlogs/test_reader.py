@@ -139,6 +139,22 @@ async def test_reads_across_rotated_and_gzipped_files(rotated_log: Path) -> None
     assert await read(rotated_log, LogOptions()) == text(*range(1, 10))
 
 
+async def test_a_line_torn_by_a_rotation_reads_back_whole_with_its_first_timestamp(
+    tmp_path: Path,
+) -> None:
+    # the runtime ends the file it stops writing with the line read so far (P) and starts
+    # the new file with the rest (F); the oldest file left starts with the rest of a line
+    # whose start was in a file already removed
+    (tmp_path / "0.log.20261125-040003").write_text(
+        rec(1, "stdout", "F", "ing of line 1") + rec(2, "stdout", "P", "line ")
+    )
+    log = tmp_path / "0.log"
+    log.write_text(rec(3, "stdout", "F", "2") + rec(4, "stdout", "F", "line 3"))
+    assert await read(log, LogOptions()) == b"ing of line 1\nline 2\nline 3\n"
+    stamped = await read(log, LogOptions(timestamps=True))
+    assert stamped.splitlines()[1] == b"2026-11-25T04:00:02.500000000Z line 2"
+
+
 async def test_tail_reads_back_only_as_far_as_needed(rotated_log: Path) -> None:
     assert await read(rotated_log, LogOptions(tail_lines=2)) == text(8, 9)
     assert await read(rotated_log, LogOptions(tail_lines=5)) == text(5, 6, 7, 8, 9)
