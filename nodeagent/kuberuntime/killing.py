@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from nodeagent.clock import Clock
 from nodeagent.kuberuntime.errors import CriNotFound
@@ -26,6 +27,9 @@ from nodeagent.kuberuntime.service import RuntimeService
 from nodeagent.kuberuntime.termination_order import TerminationOrdering
 from nodeagent.log import Logger
 from nodeagent.podspec import Container, Pod
+
+STOPPED_REMEMBERED: Final = 1024
+"""How many of the latest stopped container ids :meth:`ContainerKiller.stopped` knows."""
 
 
 class ContainerKiller:
@@ -45,6 +49,12 @@ class ContainerKiller:
         self._hooks = hooks
         self._acting = acting
         self._log = log
+        self._stopped: dict[str, None] = {}
+
+    def stopped(self, container_id: str) -> bool:
+        """Whether the agent asked the runtime to stop this container (one of the latest
+        :data:`STOPPED_REMEMBERED`): its SIGKILL exit is the agent's own doing."""
+        return container_id in self._stopped
 
     async def kill_container(
         self,
@@ -121,6 +131,9 @@ class ContainerKiller:
     async def _stop_container(
         self, pod: Pod | None, container_id: str, name: str, grace: int
     ) -> None:
+        self._stopped[container_id] = None
+        if len(self._stopped) > STOPPED_REMEMBERED:
+            del self._stopped[next(iter(self._stopped))]
         try:
             await self._runtime.stop_container(container_id, grace)
         except CriNotFound:

@@ -38,6 +38,7 @@ from nodeagent.kuberuntime.killing import ContainerKiller
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.messages import TerminationMessages
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
+from nodeagent.kuberuntime.oomreason import OOM_EVENT_SETTLE, oom_report_may_lag
 from nodeagent.kuberuntime.podfiles import Files, PodFiles
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import (
@@ -195,6 +196,7 @@ class RuntimeManager:
                 status = (await self._runtime.container_status(listed_container.id)).status
             except CriNotFound:
                 continue
+            status = await self._settled(status)
             record = container_record(status, listed_container.pod_sandbox_id)
             if record.state is ContainerState.EXITED:
                 message = await self._messages.read(uid, status)
@@ -207,6 +209,18 @@ class RuntimeManager:
             sandboxes=tuple(sandboxes),
             containers=newest_first(containers),
         )
+
+    async def _settled(self, status: cri.ContainerStatus) -> cri.ContainerStatus:
+        """``status``, or read once more when the runtime's OOM event may still be on its way
+        (:mod:`nodeagent.kuberuntime.oomreason`)."""
+        now_ns = int(self._clock.now().timestamp() * 1e9)
+        if not oom_report_may_lag(status, now_ns) or self._killer.stopped(status.id):
+            return status
+        await asyncio.sleep(OOM_EVENT_SETTLE)
+        try:
+            return (await self._runtime.container_status(status.id)).status
+        except CriNotFound:
+            return status
 
     # --- syncing ------------------------------------------------------------------------
 

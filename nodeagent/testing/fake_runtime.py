@@ -124,6 +124,12 @@ class FakeRuntime(FakeImageService):
         ctr = self._container(container_id, rpc="exit_container")
         self._finish(ctr, exit_code=exit_code, reason=reason, message=message)
 
+    def report_oom(self, container_id: str) -> None:
+        """The runtime learns of the OOM kill of a container that has already exited (the
+        OOM event reaching containerd after the exit)."""
+        ctr = self._container(container_id, rpc="report_oom")
+        ctr.reason = "OOMKilled"
+
     def lose_container(self, container_id: str) -> None:
         """The runtime no longer knows the container's state (CONTAINER_UNKNOWN)."""
         self._container(container_id, rpc="lose_container").state = cri.CONTAINER_UNKNOWN
