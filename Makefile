@@ -25,7 +25,7 @@ help:
 	@echo "make vagrant-test  the Vagrantfile under vagrant-libvirt (qemu, local box)"
 	@echo "make conformance [PEER=kubelet] [SELECTION=node|storage]  the e2e node/network and storage specs against make up's cluster"
 	@echo "make conformance NODES=3 [PEER=kubelet]  [Conformance] + node/network specs on 3 nodes"
-	@echo "make soak [DURATION=60m] [NODES=3] [SEED=n]  churn and faults, invariants checked"
+	@echo "make soak [DURATION=60m] [NODES=3] [SEED=n] [FAULTS=kind,..]  churn and faults, invariants checked"
 
 # --- setup --------------------------------------------------------------------------------------
 
@@ -192,14 +192,16 @@ bench-node: venv binaries peers
 
 # A seeded random workload with faults at random moments against a multi-node cluster of the
 # soak's own, invariants checked all the time (docs/reliability.md). NODES defaults to 3 here.
+# FAULTS: a comma-separated subset of the fault kinds (all by default).
 DURATION ?= 60m
 SEED ?=
+FAULTS ?=
 SOAK_NODES = $(if $(filter command line environment,$(origin NODES)),$(NODES),3)
 
 .PHONY: soak
 soak: host-deps venv binaries
 	PYTHONPATH=tests $(PY) -m soak run --duration $(DURATION) --nodes $(SOAK_NODES) \
-		--peer $(PEER) $(if $(SEED),--seed $(SEED))
+		--peer $(PEER) $(if $(SEED),--seed $(SEED)) $(if $(FAULTS),--faults $(FAULTS))
 
 # The nightly soak: 10 minutes, 3 nodes, a new seed each day (printed; replay with SEED=).
 # Not in `make test`: that is near its 60-minute budget without it (README.md).
