@@ -4,7 +4,8 @@ followed while the container runs.
 The files of one log are ``<path>.<YYYYMMDD-HHMMSS>[.gz]`` (rotated by the log manager, the
 older ones gzipped) and ``<path>`` itself, the one the runtime writes. At a rotation the
 runtime ends the old file with the part of a line it had read so far, as a partial record, and
-starts the new file with the rest: a whole read joins the two (one parser across the files);
+starts the new file with the rest: a read joins the two (one parser across the files, or
+:func:`join_torn` for a tail read backwards);
 the oldest file left may start with the rest of a line whose start was in a removed file, and
 that rest is shown as a line of its own, as the kubelet (which reads only ``<path>``) shows it
 when ``<path>`` starts so. :func:`read_log` yields the bytes the client receives. File reads
@@ -121,17 +122,33 @@ class _Output:
         return data
 
 
+def join_torn(older: list[Entry], newer: list[Entry]) -> list[Entry]:
+    """The entries of two consecutive files: when the older ends with an unfinished partial
+    line (the runtime stopped writing it at a rotation), the newer's first entry of the same
+    stream is its rest, joined to it with the older's timestamp and in its place."""
+    if not older or older[-1].content.endswith(b"\n"):
+        return older + newer
+    start = older[-1]
+    for i, entry in enumerate(newer):
+        if entry.stream == start.stream:
+            whole = Entry(start.timestamp, start.stream, start.content + entry.content)
+            return [*older[:-1], whole, *newer[:i], *newer[i + 1 :]]
+    return older + newer
+
+
 async def _tail_entries(
     rotated: list[str], current: list[Entry], n: int, keep: Callable[[Entry], bool]
 ) -> list[Entry]:
     """The last ``n`` lines that ``keep`` selects, reading older files only as far back as
-    needed."""
-    entries = [e for e in current if keep(e)]
+    needed: until there are more than ``n``, since a file's first line may be the rest of a
+    line the older one started."""
+    entries = current
     for path in reversed(rotated):
-        if len(entries) >= n:
+        if sum(1 for e in entries if keep(e)) > n:
             break
-        entries = [e for e in await _file_entries(path) if keep(e)] + entries
-    return entries[-n:] if n else []
+        entries = join_torn(await _file_entries(path), entries)
+    selected = [e for e in entries if keep(e)]
+    return selected[-n:] if n else []
 
 
 async def _read_fd(fd: int) -> bytes:

@@ -12,7 +12,7 @@ import pytest
 
 from nodeagent.containerlogs.cri import Entry, LogParser, fixed_timestamp, timestamp_ns
 from nodeagent.containerlogs.options import LogOptions, LogOptionsError, parse_options
-from nodeagent.containerlogs.reader import log_files, read_log
+from nodeagent.containerlogs.reader import join_torn, log_files, read_log
 
 NOW = dt.datetime(2026, 11, 25, 4, 0, 0, tzinfo=dt.UTC)
 
@@ -153,6 +153,22 @@ async def test_a_line_torn_by_a_rotation_reads_back_whole_with_its_first_timesta
     assert await read(log, LogOptions()) == b"ing of line 1\nline 2\nline 3\n"
     stamped = await read(log, LogOptions(timestamps=True))
     assert stamped.splitlines()[1] == b"2026-11-25T04:00:02.500000000Z line 2"
+    tail = await read(log, LogOptions(timestamps=True, tail_lines=2))
+    assert tail.splitlines() == [
+        b"2026-11-25T04:00:02.500000000Z line 2",
+        b"2026-11-25T04:00:04.500000000Z line 3",
+    ]
+
+
+def test_a_torn_line_is_joined_with_the_rest_of_its_own_stream() -> None:
+    older = [Entry(b"t1", b"stdout", b"whole\n"), Entry(b"t2", b"stdout", b"sta")]
+    newer = [Entry(b"t3", b"stderr", b"oops\n"), Entry(b"t4", b"stdout", b"rt\n")]
+    assert join_torn(older, newer) == [
+        Entry(b"t1", b"stdout", b"whole\n"),
+        Entry(b"t2", b"stdout", b"start\n"),
+        Entry(b"t3", b"stderr", b"oops\n"),
+    ]
+    assert join_torn(older[:1], newer) == older[:1] + newer
 
 
 async def test_tail_reads_back_only_as_far_as_needed(rotated_log: Path) -> None:
