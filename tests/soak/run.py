@@ -247,6 +247,16 @@ class Soak:
         events += [(fault.at, 0, "begin"), (fault.at + fault.duration, 1, "end")]
         record = None
         before: list[inv.RuntimeContainer] = []
+
+        def end() -> None:
+            self._harness(f"{fault.kind} end", self.injector.end, fault)
+            self.active = None
+            assert record is not None
+            record.end = time.time()
+            self.faults.append(record)
+            self.log(f"fault {fault.kind} ends after {record.end - record.start:.1f}s")
+
+        planned_end = t0 + fault.at + fault.duration
         for at, _, what in sorted(events, key=lambda e: (e[0], e[1])):
             self.wait(t0 + at)
             if what == "begin":
@@ -256,14 +266,14 @@ class Soak:
                 self.active = fault
                 self._harness(f"{fault.kind} begin", self.injector.begin, fault)
             elif what == "end":
-                self._harness(f"{fault.kind} end", self.injector.end, fault)
-                self.active = None
-                assert record is not None
-                record.end = time.time()
-                self.faults.append(record)
-                self.log(f"fault {fault.kind} ends after {record.end - record.start:.1f}s")
+                if self.active is fault:
+                    end()
             else:
                 assert isinstance(what, Action)
+                # while the control plane is away an action waits up to its kubectl timeout:
+                # a fault whose time is up ends before the next one, not after the backlog
+                if self.active is fault and time.time() >= planned_end:
+                    end()
                 self.workload.apply(what)
         assert record is not None
         bound = inv.converge_bound(fault.kind)
