@@ -1,7 +1,8 @@
 """Pod startup benchmark: nodeagent, then the reference kubelet, each on a fresh containerd.
 
     PYTHONPATH=tests .venv/bin/python bench/pod_startup.py [--singles 20] [--gap 5] [--pods 30]
-        [--more 70] [--idle-minutes 2] [--settle 30] [--only nodeagent|kubelet] [--markdown]
+        [--more 70] [--idle-minutes 2] [--settle 30] [--max-pods 110] [--only nodeagent|kubelet]
+        [--markdown]
 
 Starts the harness control plane once. Then, for each component in turn: a fresh private
 containerd (the local pause and busybox images imported, a bridge CNI network), the component as
@@ -183,6 +184,8 @@ class PodBench:
             config = comp.nodeagent_config(
                 root=root, versions=versions, cgroup_root=cgroups, ca=self.plane.ca_path
             )
+            if self.args.max_pods:
+                config["kubelet"]["maxPods"] = self.args.max_pods  # type: ignore[index]
             path = comp.write_config(root.parent / "nodeagent-config.yaml", config)
             argv = comp.nodeagent_argv(
                 name=name, kubeconfig=kubeconfig, root=root, endpoint=endpoint, config=path
@@ -192,6 +195,8 @@ class PodBench:
             root=root, endpoint=endpoint, ca=self.plane.ca_path, versions=versions
         )
         config["cgroupRoot"] = cgroups
+        if self.args.max_pods:
+            config["maxPods"] = self.args.max_pods
         path = comp.write_config(root.parent / "kubelet-config.yaml", config)
         return comp.kubelet_argv(
             self.kubelet, name=name, kubeconfig=kubeconfig, root=root, config=path
@@ -425,6 +430,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--timeout", type=float, default=300.0, help="seconds a burst may take to be Running")
     add("--max-load", type=float, default=1.0, help="wait for this 1-min load before a burst")
     add("--max-wait", type=float, default=180.0, help="... but at most this many seconds")
+    add("--max-pods", type=int, default=0, help="both components' maxPods (default 110)")
     add("--node-name", action="store_true", help="bind pods with nodeName, not the scheduler")
     add("--verbosity", type=int, default=0, help="nodeagent's --v (for its timing logs)")
     add("--only", choices=COMPONENTS, action="append", help="repeatable")
