@@ -251,6 +251,7 @@ class Soak:
         def end() -> None:
             self._harness(f"{fault.kind} end", self.injector.end, fault)
             self.active = None
+            self.workload.deadline = None
             assert record is not None
             record.end = time.time()
             self.faults.append(record)
@@ -264,14 +265,16 @@ class Soak:
                 self.log(f"fault {fault.kind} begins" + (f" on {fault.node}" if fault.node else ""))
                 record = FaultRecord(rnd.number, fault.kind, fault.node, time.time(), 0.0)
                 self.active = fault
+                self.workload.deadline = planned_end
                 self._harness(f"{fault.kind} begin", self.injector.begin, fault)
             elif what == "end":
                 if self.active is fault:
                     end()
             else:
                 assert isinstance(what, Action)
-                # while the control plane is away an action waits up to its kubectl timeout:
-                # a fault whose time is up ends before the next one, not after the backlog
+                # while the control plane is away an action waits for kubectl (at most until
+                # the fault's planned end): a fault whose time is up ends before the next one,
+                # not after the backlog
                 if self.active is fault and time.time() >= planned_end:
                     end()
                 self.workload.apply(what)
@@ -284,6 +287,10 @@ class Soak:
             else f"not in {bound:.0f}s: {record.unconverged[:4]}"
         )
         self.log(f"converged after {fault.kind}: {took}")
+        if record.converged_at is None:  # what the checker saw of the pods, for the diagnosis
+            for pod in sorted(self.live.values(), key=lambda p: p.key):
+                if not pod.ready:
+                    self.log(f"  not ready: {pod.key} on {pod.node or '-'}: {pod.phase}")
         self.violate(
             inv.convergence_violation(record.window(), record.converged_at, record.unconverged)
         )

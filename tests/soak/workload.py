@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -199,20 +200,27 @@ class Workload:
         self.out_dir = out_dir
         self.errors: list[str] = []
         self.done = 0
+        self.deadline: float | None = None
+        """While a fault lasts, when it is planned to end (``time.time()``): no kubectl call
+        waits past it, so the fault's end is not held up by calls the control plane cannot
+        answer."""
 
     def _kubectl(self, *args: str, input: str | None = None) -> str | None:
         argv = [str(self.plane.kubectl_path), f"--kubeconfig={self.plane.admin_kubeconfig}"]
+        timeout = float(KUBECTL_TIMEOUT)
+        if self.deadline is not None:
+            timeout = max(1.0, min(timeout, self.deadline - time.time()))
         try:
             got = subprocess.run(
                 [*argv, REQUEST_TIMEOUT, "-n", NAMESPACE, *args],
                 input=input,
                 capture_output=True,
                 text=True,
-                timeout=KUBECTL_TIMEOUT,
+                timeout=timeout,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            self.errors.append(f"kubectl {' '.join(args[:3])}: no answer in {KUBECTL_TIMEOUT}s")
+            self.errors.append(f"kubectl {' '.join(args[:3])}: no answer in {timeout:.0f}s")
             return None
         if got.returncode != 0:
             self.errors.append(f"kubectl {' '.join(args[:3])}: {got.stderr.strip()[:200]}")
