@@ -42,6 +42,7 @@ UNREADY_TOLERANCE = 5.0
 CONTROL_PLANE_SETTLE = 60.0
 LEASE_INTERVAL = 10.0
 LEASE_SLACK = 5.0
+LEASE_REQUEST_TIMEOUT = 10.0  # a renewal sent while the apiserver was away waits this long
 RSS_WARMUP = 180.0
 RSS_SLOPE_LIMIT = 8 * 2**20  # bytes per hour
 RSS_MIN_SPAN = 600.0  # seconds of samples (after warm-up) needed to judge a slope
@@ -443,10 +444,13 @@ def lease_gaps(
     *,
     interval: float = LEASE_INTERVAL,
     slack: float = LEASE_SLACK,
+    request_timeout: float = LEASE_REQUEST_TIMEOUT,
 ) -> tuple[list[Violation], list[float]]:
     """Gaps between consecutive distinct renewTimes longer than the renew interval plus slack,
     or, where an outage of this node (or the cluster) overlaps the gap, longer than the
-    outage plus the interval plus slack. Also returns every gap (for the report)."""
+    outage plus the interval, one request timeout (a renewal sent during the outage waits it
+    out after it, on the kubelet as on nodeagent) and slack. Also returns every gap (for the
+    report)."""
     times = sorted(set(renewals))
     out, gaps = [], []
     for a, b in itertools.pairwise(times):
@@ -454,7 +458,7 @@ def lease_gaps(
         gaps.append(gap)
         overlapping = [w for w in outages if w.covers(node) and w.overlaps(a, b)]
         outage = sum(min(w.end, b) - max(w.start, a) for w in overlapping)
-        allowed = interval + slack + outage
+        allowed = interval + slack + (outage + request_timeout if overlapping else 0.0)
         if gap > allowed:
             cause = ", ".join(sorted({w.kind for w in overlapping})) or "no fault"
             out.append(

@@ -24,6 +24,7 @@ from soak.workload import NAMESPACE, Workload
 TICK = 3.0  # seconds between observations
 USAGE_EVERY = 15.0  # seconds between RSS/CPU samples
 NO_RESTART_CHECK = frozenset({"disk-fill"})  # evicting pods is what that fault is for
+CONTROL_PLANE_FAULTS = frozenset({"apiserver-stop", "etcd-stop"})
 FINAL_DRAIN = 60.0  # seconds for the workload's deletion before the final leak wait
 
 
@@ -40,9 +41,15 @@ class FaultRecord:
     end: float
     converged_at: float | None = None
     unconverged: list[str] = field(default_factory=list)
+    served_again: float | None = None
+    """After a control-plane fault: the first observation the apiserver answered in full (pods,
+    Leases, Services). Its readyz passes before every resource's etcd client is back: after
+    an etcd restart Lease reads still timed out for 20 s (seed 21)."""
 
     def window(self) -> inv.Window:
-        return inv.Window(self.kind, self.start, self.end, self.node)
+        """The outage as the cluster saw it: to the fault's end, or to when the apiserver
+        answered again if that came later."""
+        return inv.Window(self.kind, self.start, max(self.end, self.served_again or 0), self.node)
 
 
 @dataclass
@@ -124,6 +131,9 @@ class Soak:
         except observe.Unavailable:
             self.api_errors += 1
             return
+        for record in self.faults:
+            if record.served_again is None and record.kind in CONTROL_PLANE_FAULTS:
+                record.served_again = now
         seen = {}
         for item in items:
             pod = observe.to_api_pod(item)
