@@ -43,8 +43,8 @@ containers as ``compute_pod_actions()`` plans them from the spec and the CRI sta
   ``Killing`` Event, preStop within the grace period, sidecars after the app containers in
   reverse order (``termination_order.py``), then ``StopContainer``;
 - a container that has just exited from SIGKILL with the runtime's plain ``Error`` is read
-  once more a second later, since containerd may learn of the OOM kill after the exit
-  (``oomreason.py``).
+  once more two seconds after its exit, since containerd may learn of the OOM kill after the
+  exit (``oomreason.py``).
 """
 
 from __future__ import annotations

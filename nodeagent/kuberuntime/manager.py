@@ -38,7 +38,7 @@ from nodeagent.kuberuntime.killing import ContainerKiller
 from nodeagent.kuberuntime.labels import POD_UID
 from nodeagent.kuberuntime.messages import TerminationMessages
 from nodeagent.kuberuntime.mounts import NoVolumes, PodMounts
-from nodeagent.kuberuntime.oomreason import OOM_EVENT_SETTLE, oom_report_may_lag
+from nodeagent.kuberuntime.oomreason import oom_report_may_lag, settle_left
 from nodeagent.kuberuntime.podfiles import Files, PodFiles
 from nodeagent.kuberuntime.podsettings import CgroupDriver, PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import (
@@ -216,7 +216,7 @@ class RuntimeManager:
         now_ns = int(self._clock.now().timestamp() * 1e9)
         if not oom_report_may_lag(status, now_ns) or self._killer.stopped(status.id):
             return status
-        await asyncio.sleep(OOM_EVENT_SETTLE)
+        await asyncio.sleep(settle_left(status, now_ns))
         try:
             return (await self._runtime.container_status(status.id)).status
         except CriNotFound:

@@ -77,6 +77,10 @@ async def test_a_sigkill_exit_that_stays_error_is_reported_as_error_after_one_mo
     assert (read.exit_code, read.reason) == (137, "Error")
     assert loop.time() - started == pytest.approx(OOM_EVENT_SETTLE)
     assert runtime.calls.count("ContainerStatus") == reads + 2
+    # the wait is measured from the exit: a later read takes the answer as it is
+    again = loop.time()
+    (read,) = (await manager.pod_state(p.uid)).containers
+    assert (read.reason, loop.time()) == ("Error", again)
 
 
 @pytest.mark.looptime
