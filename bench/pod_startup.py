@@ -184,8 +184,9 @@ class PodBench:
             config = comp.nodeagent_config(
                 root=root, versions=versions, cgroup_root=cgroups, ca=self.plane.ca_path
             )
-            if self.args.max_pods:
-                config["kubelet"]["maxPods"] = self.args.max_pods  # type: ignore[index]
+            kubelet_section = config["kubelet"]
+            if self.args.max_pods and isinstance(kubelet_section, dict):
+                kubelet_section["maxPods"] = self.args.max_pods
             path = comp.write_config(root.parent / "nodeagent-config.yaml", config)
             argv = comp.nodeagent_argv(
                 name=name, kubeconfig=kubeconfig, root=root, endpoint=endpoint, config=path

@@ -17,11 +17,9 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Final
 
+from nodeagent.cgroups import CGROUP_MOUNT
 from nodeagent.kuberuntime.sandbox import POD_CGROUP_PREFIX, QOS_DIRS
-
-CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
 
 
 def pod_uid(name: str) -> str | None:
@@ -31,7 +29,7 @@ def pod_uid(name: str) -> str | None:
     return None
 
 
-def hierarchies(mount: Path = CGROUP_MOUNT) -> list[Path]:
+def hierarchies(mount: Path = Path(CGROUP_MOUNT)) -> list[Path]:
     """Each v1 hierarchy under ``mount`` once (``cpu`` and ``cpuacct`` are often links to one
     ``cpu,cpuacct`` mount); the v2 ``unified`` one of a hybrid host too, where runc also
     makes the pod's directory."""
@@ -49,7 +47,7 @@ def hierarchies(mount: Path = CGROUP_MOUNT) -> list[Path]:
     return out
 
 
-def pod_cgroups(cgroup_root: list[str], mount: Path = CGROUP_MOUNT) -> dict[str, list[Path]]:
+def pod_cgroups(cgroup_root: list[str], mount: Path = Path(CGROUP_MOUNT)) -> dict[str, list[Path]]:
     """Pod UID -> its ``pod<uid>`` directories, in every hierarchy."""
     found: dict[str, list[Path]] = {}
     for hierarchy in hierarchies(mount):
