@@ -5,6 +5,7 @@ the invariants judged as it goes and at the end. Everything it saw goes to `<out
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -301,6 +302,7 @@ class Soak:
             for pod in sorted(self.live.values(), key=lambda p: p.key):
                 if not pod.ready:
                     self.log(f"  not ready: {pod.key} on {pod.node or '-'}: {pod.phase}")
+                    self.diagnose(pod.key)
         self.violate(
             inv.convergence_violation(record.window(), record.converged_at, record.unconverged)
         )
@@ -318,6 +320,27 @@ class Soak:
                 )
             )
         self.check_leaks(quiet_since=record.end)
+
+    def diagnose(self, key: str) -> None:
+        """Keep what a user would look at for a pod that did not converge: `kubectl
+        describe` (its events name probe failures) and, where the pod runs, its /www and
+        processes; in diagnosis/<pod>.txt."""
+        ns, name = key.split("/", 1)
+        plane = self.cluster.plane
+        parts = []
+        look = "ls -la /www; ps -o pid,ppid,args"
+        for args in (
+            ("describe", "pod", "-n", ns, name),
+            ("exec", "-n", ns, name, "-c", "web", "--", "sh", "-c", look),
+        ):
+            try:
+                got = plane.kubectl(*args, check=False)
+                parts.append(f"$ kubectl {' '.join(args)}\n{got.stdout}{got.stderr}")
+            except subprocess.TimeoutExpired:
+                parts.append(f"$ kubectl {' '.join(args)}\n(no answer)")
+        out = self.out / "diagnosis"
+        out.mkdir(exist_ok=True)
+        (out / f"{name}.txt").write_text("\n".join(parts))
 
     def run(self) -> None:
         self.log(f"soak: seed {self.seed}, {self.duration / 60:.0f} min, peer {self.peer.name},"
