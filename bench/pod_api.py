@@ -149,6 +149,15 @@ class Api:
     ) -> None:
         """Deliver every pod the watch sends to ``on_pod`` until cancelled; re-watches from
         the last resourceVersion when the apiserver ends the stream."""
+        await self.watch_events(namespace, resource_version, lambda _kind, pod: on_pod(pod))
+
+    async def watch_events(
+        self,
+        namespace: str,
+        resource_version: str,
+        on_event: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        """`watch` with each event's type (ADDED, MODIFIED, DELETED) beside the pod."""
         path = f"/api/v1/namespaces/{namespace}/pods"
         while True:
             params = {"watch": "1", "resourceVersion": resource_version}
@@ -163,7 +172,7 @@ class Api:
                         raise RuntimeError(f"watch {path}: {event.get('object')}")
                     pod = event["object"]
                     resource_version = pod["metadata"]["resourceVersion"]
-                    on_pod(pod)
+                    on_event(event["type"], pod)
 
     async def burst(
         self, namespace: str, bodies: Sequence[dict[str, Any]], *, within: float
