@@ -19,8 +19,9 @@ Per pod, timed by this process's clock through one watch (`pod_api`):
 and per run: pods started per second over the create span, the most pods created and not yet
 Running at once (the node's backlog), the component's and containerd's CPU seconds from the
 first create to the last pod gone, the component's RSS (sampled every second) and containerd's
-CRI calls per minute by method over the same span. The shims' CPU is not counted (same for
-both components).
+CRI calls per minute by method over the same span, beside the component's own calls by
+operation (its ``/metrics``). The shims' CPU is not counted (same for both components).
+``--profile DIR`` records nodeagent with py-spy through its run.
 
 Needs root and the reference kubelet (`harness build --peers`), as `pod_startup.py`.
 """
@@ -34,10 +35,11 @@ import datetime
 import json
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,7 @@ class Usage:
     rss_max_kib: int
     rss_final_kib: int
     runtime_calls_per_min: dict[str, float] = field(default_factory=dict)
+    calls_per_min: dict[str, float] = field(default_factory=dict)  # the component's, by op
 
 
 @dataclass
@@ -143,8 +146,11 @@ def summarize(pods: dict[str, ChurnPod]) -> Summary:
 
 def rows(summary: Summary, usage: Usage) -> list[tuple[str, str]]:
     per_min = 60 / summary.span_s if summary.span_s else 0.0
-    calls = usage.runtime_calls_per_min
-    top = sorted(calls.items(), key=lambda kv: -kv[1])[:4]
+
+    def busiest(calls: dict[str, float]) -> str:
+        top = sorted(calls.items(), key=lambda kv: -kv[1])[:4]
+        return ", ".join(f"{name} {rate:.0f}" for name, rate in top) or "-"
+
     return [
         ("pods created / Running / gone",
          f"{summary.created} / {summary.started} / {summary.gone}"),
@@ -162,8 +168,8 @@ def rows(summary: Summary, usage: Usage) -> list[tuple[str, str]]:
          f"({usage.cpu_s * per_min:.2f} / {usage.runtime_cpu_s * per_min:.2f})"),
         ("component RSS max / final (MiB)",
          f"{usage.rss_max_kib / 1024:.1f} / {usage.rss_final_kib / 1024:.1f}"),
-        ("containerd's busiest CRI methods (calls/min)",
-         ", ".join(f"{name} {rate:.0f}" for name, rate in top) or "-"),
+        ("its busiest CRI operations (calls/min)", busiest(usage.calls_per_min)),
+        ("containerd's busiest CRI methods (calls/min)", busiest(usage.runtime_calls_per_min)),
     ]  # fmt: skip
 
 
@@ -258,13 +264,18 @@ class ChurnBench(PodBench):
             samples: list[m.Sample] = []
             before = (cpu_s(node.proc.pid), cpu_s(node.ctd.pid))
             served = self.runtime_operations(node.ctd)
-            records = asyncio.run(self.timed(node, samples))
+            made = self.cri_operations(node.proc, node.port)
+            with self.profiled(component, node.proc.pid):
+                records = asyncio.run(self.timed(node, samples))
             after = (cpu_s(node.proc.pid), cpu_s(node.ctd.pid))
             served_after = self.runtime_operations(node.ctd)
-            calls = {}
+            made_after = self.cri_operations(node.proc, node.port)
+            calls = own = {}
             if served[1] and served_after[1]:
                 window = served_after[0] - served[0]
                 calls = cri_calls.per_minute(served[1], served_after[1], window)
+            if made[1] is not None and made_after[1] is not None:
+                own = cri_calls.per_minute(made[1], made_after[1], made_after[0] - made[0])
             if not node.proc.alive():
                 raise RuntimeError(f"{component} exited; last log lines:\n{node.proc.tail()}")
         usage = Usage(
@@ -273,11 +284,35 @@ class ChurnBench(PodBench):
             rss_max_kib=max(s.rss_kib for s in samples),
             rss_final_kib=samples[-1].rss_kib,
             runtime_calls_per_min=calls,
+            calls_per_min=own,
         )
         summary = summarize(records)
         say(f"{component}: {summary.started}/{summary.created} started, start p99 "
             f"{summary.start_p99:.2f} s, delete p99 {summary.delete_p99:.2f} s")  # fmt: skip
         return summary, usage, records
+
+    @contextlib.contextmanager
+    def profiled(self, component: str, pid: int) -> Iterator[None]:
+        """With ``--profile DIR`` and nodeagent: py-spy samples it for the whole run and
+        writes DIR/nodeagent-churn.txt (collapsed stacks, the agent's own threads)."""
+        if self.args.profile is None or component != "nodeagent":
+            yield
+            return
+        self.args.profile.mkdir(parents=True, exist_ok=True)
+        out = self.args.profile / "nodeagent-churn.txt"
+        pyspy = Path(sys.executable).with_name("py-spy")
+        argv = [str(pyspy), "record", "--pid", str(pid), "--format", "raw", "-o", str(out),
+                "--rate", "50", "--nonblocking"]  # fmt: skip
+        spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            yield
+        finally:
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+            say(f"nodeagent: py-spy profile in {out}")
 
     async def timed(self, node: pod_startup.Node, samples: list[m.Sample]) -> dict[str, ChurnPod]:
         admin = self.plane.pki.admin
@@ -328,6 +363,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--only", choices=COMPONENTS, action="append", help="repeatable")
     add("--markdown", action="store_true", help="print the table as markdown")
     add("--json", type=Path, help="write every pod's moments here")
+    add("--profile", type=Path, help="py-spy nodeagent through the run; stacks in this dir")
     add("--keep-logs", type=Path, help="copy every component's log here")
     parser.set_defaults(verbosity=0, node_name=False)
     return parser.parse_args(argv)
