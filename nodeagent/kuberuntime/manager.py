@@ -12,7 +12,10 @@ reuse=True)`` (a pod's periodic sync) returns it again, without a CRI request, w
 that started after it was read saw the same sandboxes and containers in the same states and
 the manager has not acted on the pod since
 (what a container or sandbox status holds besides its state does not change while it keeps
-its state, except the resources the manager itself updates).
+its state, except the resources the manager itself updates); a settled state (every
+container exited, no sandbox ready: a killed pod) is returned again as long as the manager
+has not acted on the pod, relist or not, so a deleted pod's terminated sync and its removal
+do not read again what its kill read last.
 """
 
 from __future__ import annotations
@@ -155,9 +158,12 @@ class RuntimeManager:
     async def pod_state(self, uid: str, *, reuse: bool = False) -> PodRuntimeState:
         """Sandboxes and containers labelled with ``uid``, newest first, with their statuses.
         ``reuse``: the state read last, when the PLEG's newest relist started after that read
-        and saw the same sandboxes and containers in the same states."""
+        and saw the same sandboxes and containers in the same states, or when it is settled
+        (nothing of it can change until the manager acts on the pod)."""
         if reuse and self._relisted is not None:
             kept = self._states.get(uid)
+            if kept is not None and kept[1].settled:
+                return kept[1]
             view = self._relisted(uid)
             if (
                 kept is not None

@@ -105,6 +105,17 @@ class PodRuntimeState:
     def empty(self) -> bool:
         return not self.sandboxes and not self.containers
 
+    @property
+    def settled(self) -> bool:
+        """Nothing runs and nothing starts by itself: every container exited, no sandbox
+        ready. Such a state changes only when the agent acts on the pod (or container GC
+        removes what it lists, which removal tolerates)."""
+        return (
+            not self.empty
+            and not any(s.ready for s in self.sandboxes)
+            and all(c.state is ContainerState.EXITED for c in self.containers)
+        )
+
 
 _R = TypeVar("_R", SandboxRecord, ContainerRecord)
 

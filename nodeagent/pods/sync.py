@@ -367,7 +367,8 @@ class PodSync:
         self._report(pod, state, terminal=True)
 
     async def sync_terminated_pod(self, pod: Pod) -> None:
-        state = await self._runtime.pod_state(pod.uid)
+        # after a kill, the state its last read kept (settled: reused until the next action)
+        state = await self._runtime.pod_state(pod.uid, reuse=True)
         self._report(pod, state, terminal=True)
         await self.tear_down_volumes(pod.uid, keep_pod_dir=True)
         await self._remove_cgroup(pod.uid)
@@ -391,7 +392,7 @@ class PodSync:
     async def remove_runtime_pod(self, uid: str) -> None:
         """Kill (with the grace recorded on its containers) and remove a pod the API no
         longer has."""
-        state = await self._runtime.pod_state(uid)
+        state = await self._runtime.pod_state(uid, reuse=True)
         if state.empty:
             return
         running = [c for c in state.containers if c.state is ContainerState.RUNNING]

@@ -125,3 +125,31 @@ async def test_a_resync_fetches_no_environment_only_a_container_start_does(stack
 
     stack.runtime.exit_container(first.id, exit_code=1)  # restarted: its environment is read
     await until(lambda: len(stack.server.calls_to("get", "configmaps")) == 2, within=5)
+
+
+async def test_a_deleted_pod_is_read_before_its_kill_and_after_it_only(stack: Stack) -> None:
+    """The terminated sync and the removal of a killed pod reuse the state read after the
+    kill (every container exited, no sandbox ready: nothing changes until the agent acts);
+    each read is a ListPodSandbox, a PodSandboxStatus, a ListContainers and a ContainerStatus
+    per container. Before, they read it twice more."""
+    seed(stack.server, "web", grace=1)
+    await until(lambda: phase(stack, "web") == "Running")
+    await asyncio.sleep(3)
+    mark = len(stack.runtime.calls)
+
+    def delete(obj: dict[str, Any]) -> None:  # what kubectl delete does
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:05Z"
+        obj["metadata"]["deletionGracePeriodSeconds"] = 1
+
+    stack.server.modify(PODS, "web", delete, "default")
+    await until(lambda: stack.pod("web") is None)
+    await until(lambda: not stack.runtime.sandbox_ids and not stack.runtime.container_ids)
+
+    calls = rpcs(stack, mark)
+    assert {rpc: calls[rpc] for rpc in PER_POD_READS} == dict.fromkeys(PER_POD_READS, 2)
+    assert (calls["StopContainer"], calls["RemoveContainer"], calls["RemovePodSandbox"]) == (
+        1,
+        1,
+        1,
+    )
+    assert [c.name for c in stack.server.calls_to("delete", "pods")] == ["web"]
