@@ -8,7 +8,9 @@ them (``match``, one short arm each):
   pods go through admission and get a worker, updated ones (spec, labels, a deletion
   timestamp) go to their worker, vanished ones are terminated and cleaned up; a pod whose
   status alone moved is handed to its worker without a sync, unless its Ready condition no
-  longer matches its readiness gates' conditions (the kubelet's ``HandlePodReconcile``);
+  longer matches its readiness gates' conditions (the kubelet's ``HandlePodReconcile``), and
+  a condition the agent reports that another changed (the node lifecycle controller's Ready
+  False on a node it lost) makes the status manager send the agent's status again;
 - :class:`PlegEvent` — a container of a known pod changed in the runtime: sync it now;
 - :class:`ProbeResult` — a liveness, readiness or startup result of a pod's container
   changed (the prober manager): its readiness goes on its last status at once (the kubelet's
@@ -324,6 +326,7 @@ class SyncLoop:
                 # only the status moved: our own patches, or conditions another
                 # component wrote (readiness gates), which the worker reads next time
                 self._workers.refresh(pod)
+                self._status.reconcile(pod)  # Ready set False by the node controller
                 if needs_readiness_reconcile(pod):
                     self._workers.sync(uid)  # a gate moved: Ready now, not at resync
             else:

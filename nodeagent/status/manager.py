@@ -4,8 +4,11 @@ changed (a strategic merge patch whose conditions are only the agent's own: see
 
 Pod workers call :meth:`StatusManager.set_status` after every sync (cheap, never blocks);
 ``run()`` sends what changed, newest status only, retrying failed calls with back-off
-(0.5s doubling to 10s) and every ``resync`` seconds anyway. A status patch carries the pod's
-uid, so a pod deleted and recreated under the same name is never given the old pod's status.
+(0.5s doubling to 10s). A pod whose API status others changed in a condition the agent
+reports (the node lifecycle controller's Ready False on a node it lost) gets the agent's
+status again (:meth:`StatusManager.reconcile`, the kubelet's reconcile). A status patch
+carries the pod's uid, so a pod deleted and recreated under the same name is never given the
+old pod's status.
 Once a terminated pod's last status is sent, :meth:`delete_pod` removes the API object, as
 the kubelet's status manager does once a pod ``canBeDeleted``.
 """
@@ -117,6 +120,22 @@ def status_patch(status: Status) -> Status:
     return patch
 
 
+def drifted(api: Status, sent: Status) -> bool:
+    """The kubelet's ``needsReconcile``, on what others change: a condition the agent reports
+    (the kubelet's own) has another status in the API than in the status the agent sent last.
+    The node lifecycle controller sets Ready False on every pod of a node it lost touch with;
+    nothing on the node changes then, so without this the pods stay out of their Services'
+    endpoints once the node is back (the kubelet sends its status again at its next 10 s
+    status sync). A drift caused by a watch event older than the agent's last patch costs one
+    patch more, as with the kubelet."""
+    have = {c.get("type"): c.get("status") for c in api.get("conditions") or []}
+    return any(
+        have.get(c.get("type")) != c.get("status")
+        for c in sent.get("conditions") or []
+        if c.get("type") in KUBELET_CONDITIONS
+    )
+
+
 @dataclass(slots=True)
 class _Entry:
     namespace: str
@@ -158,6 +177,24 @@ class StatusManager:
             return
         entry.wanted = status
         self._wake.set()
+
+    def reconcile(self, pod: Pod) -> None:
+        """``pod`` came from the API with only its status moved: when a condition the agent
+        reports has another status there than the agent sent (:func:`drifted`), send the
+        agent's status again."""
+        entry = self._pods.get(pod.uid)
+        if entry is None or entry.delete or entry.sent is None or entry.sent != entry.wanted:
+            return  # unknown, or a patch is on its way anyway
+        if drifted(pod.status, entry.sent):
+            self._log.v(3).info(
+                "Pod status is inconsistent with cached status for pod, a reconciliation "
+                "should be triggered",
+                pod_namespace=entry.namespace,
+                pod_name=entry.name,
+                pod_uid=entry.uid,
+            )
+            entry.sent = None
+            self._wake.set()
 
     def delete_pod(self, pod: Pod) -> None:
         """Remove the API object once its last status is sent."""
