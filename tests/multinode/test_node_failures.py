@@ -7,7 +7,10 @@
 - `kubectl drain` evicts through the Eviction API and stops where a PodDisruptionBudget would
   be broken; `kubectl uncordon` makes the node schedulable again;
 - a node that loses power (every process and mount gone, its disk kept) and boots again: the
-  agent runs each of its pods once more, one sandbox each, no duplicates.
+  agent runs each of its pods once more, one sandbox each, no duplicates;
+- a node cut off from the apiserver past the grace period (its agent running): the node
+  lifecycle controller marks its pods Ready False; once the node is back they are Ready again
+  in the same containers, as the kubelet's status reconcile makes them (found by the soak).
 
 Each test leaves every node Ready and schedulable."""
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,3 +208,59 @@ async def test_a_node_that_lost_power_runs_its_pods_again_once_each(
     assert sorted(s.metadata.uid for s in running) == sorted(
         p["metadata"]["uid"] for p in before
     ), (listed, [(p["metadata"]["name"], p.get("status")) for p in pods(plane, namespace)])
+
+
+CUTOFF_TABLE = "mn_cutoff"
+
+
+def cut_off(cluster: Cluster, node: Node, *, on: bool) -> None:
+    """Drop the node's packets to the apiserver (nft in its netns), or stop dropping them."""
+    plane = cluster.plane
+    match = f"ip daddr {plane.address} tcp dport {plane.ports.apiserver} drop"
+    script = (
+        f"table inet {CUTOFF_TABLE} {{\n"
+        f" chain cut_out {{ type filter hook output priority -300; {match}; }}\n"
+        f" chain cut_forward {{ type filter hook forward priority -300; {match}; }}\n"
+        "}\n"
+        if on
+        else f"delete table inet {CUTOFF_TABLE}\n"
+    )
+    subprocess.run(
+        ["ip", "netns", "exec", node.netns, "nft", "-f", "-"],
+        input=script,
+        text=True,
+        capture_output=True,
+        check=on,  # the table may be gone already when undoing
+    )
+
+
+def test_a_node_cut_off_past_the_grace_period_has_its_pods_ready_again_once_back(
+    cluster: Cluster, namespace: str
+) -> None:
+    plane = cluster.plane
+    node = cluster.nodes[1]
+    apply(  # the default 300 s tolerations: marked not ready, not evicted
+        plane,
+        deployment("web", namespace, 1, nodeSelector={"kubernetes.io/hostname": node.name}),
+    )
+    [before] = ready_pods(cluster, namespace, 1)
+    name = before["metadata"]["name"]
+
+    def pod() -> dict[str, Any]:
+        return json.loads(plane.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)
+
+    cut_off(cluster, node, on=True)
+    try:
+        wait(
+            f"{node.name} Unknown and {name} marked not ready",
+            lambda: (
+                condition(node_obj(plane, node.name)).get("status") == "Unknown"
+                and not ready(pod())
+            ),
+            within=GRACE,
+        )
+    finally:
+        cut_off(cluster, node, on=False)
+    wait_ready(plane, [node.name])
+    after = wait(f"{name} ready again", lambda: ready(got := pod()) and got, within=60)
+    assert container_id(after) == container_id(before)  # not restarted: only its status sent
