@@ -439,15 +439,20 @@ class ContainerManager:
         """On cgroup v1, the empty pod cgroups of `uids` (None: of every pod `keep` rejects)."""
         if not self._settings.v1_pod_cgroups:
             return
-        found = await asyncio.to_thread(
-            v1pods.pod_cgroups, self._settings.cgroup_root, self._fs.mount
-        )
-        gone = [
-            d
-            for uid, dirs in found.items()
-            if (uid in uids if uids is not None else not keep(uid) and uid not in self._seen)
-            for d in dirs
-        ]
+        root, mount = self._settings.cgroup_root, self._fs.mount
+        if uids is not None:  # where they would be: a missing one is skipped by remove_empty
+            wanted = sorted(uids)
+            gone = await asyncio.to_thread(
+                lambda: [d for uid in wanted for d in v1pods.pod_dirs(uid, root, mount)]
+            )
+        else:
+            found = await asyncio.to_thread(v1pods.pod_cgroups, root, mount)
+            gone = [
+                d
+                for uid, dirs in found.items()
+                if not keep(uid) and uid not in self._seen
+                for d in dirs
+            ]
         if not gone:
             return
         removed, failed = await asyncio.to_thread(v1pods.remove_empty, gone)

@@ -65,6 +65,17 @@ def pod_cgroups(cgroup_root: list[str], mount: Path = Path(CGROUP_MOUNT)) -> dic
     return found
 
 
+def pod_dirs(uid: str, cgroup_root: list[str], mount: Path = Path(CGROUP_MOUNT)) -> list[Path]:
+    """Where the ``pod<uid>`` directories of one pod would be, in every hierarchy and QoS
+    tier (found or not): removing one pod's needs no listing of everyone's."""
+    name = f"{POD_CGROUP_PREFIX}{uid}"
+    out = []
+    for hierarchy in hierarchies(mount):
+        kubepods = hierarchy.joinpath(*cgroup_root, "kubepods")
+        out += [(kubepods / qos if qos else kubepods) / name for qos in QOS_DIRS]
+    return out
+
+
 def remove_empty(directories: list[Path]) -> tuple[list[Path], list[str]]:
     """``rmdir`` each; the ones removed, and why the others were not (a missing one is
     neither: something else removed it)."""
