@@ -5,8 +5,9 @@
 - :func:`with_container_readiness` — a status with new readiness probe results on its
   containers' ``ready`` flags and its Ready / ContainersReady conditions, without the runtime;
 - :class:`StatusManager` — keeps the last status sent per pod and PATCHes
-  ``pods/<name>/status`` only when it changed; deletes the API object of a terminated pod
-  (``manager.py``).
+  ``pods/<name>/status`` only when it changed, or when another component changed a
+  condition it reports (the node lifecycle controller's Ready False: sent again, as the
+  kubelet reconciles); deletes the API object of a terminated pod (``manager.py``).
 """
 
 from nodeagent.status.containers import WaitingReason
