@@ -32,11 +32,7 @@ import contextlib
 import datetime
 import http.client
 import json
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,9 +43,6 @@ import aiohttp
 import node_measure as m
 import pod_api
 import pod_startup as ps
-from harness import netsafety
-from harness.build import binaries
-from harness.containerd import unmount_and_remove
 from harness.images import BUSYBOX_IMAGE
 from harness.pki import tls_client_context
 from node_idle import machine, say, versions_line
@@ -386,47 +379,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, ps._raise_exit)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    bins = binaries()
-    kubelet = bins.path("kubelet")
     components = args.only or list(ps.COMPONENTS)
-    if "kubelet" in components and not kubelet.exists():
-        say(f"no {kubelet}: run `PYTHONPATH=tests .venv/bin/python -m harness build --peers`")
-        return 2
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    work = Path(tempfile.mkdtemp(prefix="na-api-"))  # short: containerd's socket is in it
-    log_dir = work / "logs"
     results: dict[str, Result] = {}
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(netsafety.unreachable_routes())
-            say("starting the control plane")
-            plane = stack.enter_context(ps.control_plane(bins, log_dir=log_dir))
-            bench = ApiBench(plane=plane, kubelet=kubelet, work=work, log_dir=log_dir, args=args)
-            for component in components:
-                result, holder = Result(), ps.Result()
-                with bench.node(component, holder) as node:
-                    bench.measure_on(node, result)
-                result.notes = holder.notes + result.notes
-                results[component] = result
-                say(f"{component}: done")
-        lines = [table(results, args, markdown=args.markdown), ""]
-        for component, result in results.items():
-            lines += [f"{component}: {n}" for n in result.notes + result.exec_failures[:3]]
-        lines += ["", f"started {started}; {versions_line(kubelet)}"]
-        lines += [", ".join(f"{k}: {v}" for k, v in machine().items())]
-        print("\n".join(lines))
-    finally:
-        if args.keep_logs:
-            shutil.copytree(log_dir, args.keep_logs, dirs_exist_ok=True)
-        unmount_and_remove(work)
+    with ps.session(components, prefix="na-api-", keep_logs=args.keep_logs) as run:
+        bench = ApiBench(
+            plane=run.plane, kubelet=run.kubelet, work=run.work, log_dir=run.log_dir, args=args
+        )
+        for component in components:
+            result, holder = Result(), ps.Result()
+            with bench.node(component, holder) as node:
+                bench.measure_on(node, result)
+            result.notes = holder.notes + result.notes
+            results[component] = result
+            say(f"{component}: done")
+    lines = [table(results, args, markdown=args.markdown), ""]
+    for component, result in results.items():
+        lines += [f"{component}: {n}" for n in result.notes + result.exec_failures[:3]]
+    lines += ["", f"started {started}; {versions_line(run.kubelet)}"]
+    lines += [", ".join(f"{k}: {v}" for k, v in machine().items())]
+    print("\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped and removed")
-        sys.exit(130)
+    ps.script(main)

@@ -33,11 +33,9 @@ import asyncio
 import contextlib
 import datetime
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -48,12 +46,9 @@ import cri_calls
 import node_measure as m
 import pod_api
 import pod_startup
-from harness import netsafety
-from harness.build import binaries
-from harness.containerd import unmount_and_remove
 from harness.images import BUSYBOX_IMAGE
 from node_idle import machine, say, versions_line
-from pod_startup import COMPONENTS, PodBench, Result, control_plane, cpu_s
+from pod_startup import COMPONENTS, PodBench, Result, cpu_s, script, session
 
 DELETE_WAIT = 300.0  # how long a deleted pod may take to be gone before it is counted as stuck
 
@@ -369,51 +364,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    bins = binaries()
-    kubelet = bins.path("kubelet")
     components = args.only or list(COMPONENTS)
-    if "kubelet" in components and not kubelet.exists():
-        say(f"no {kubelet}: run `PYTHONPATH=tests .venv/bin/python -m harness build --peers`")
-        return 2
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    work = Path(tempfile.mkdtemp(prefix="na-churn-"))
-    log_dir = work / "logs"
     results: dict[str, tuple[Summary, Usage]] = {}
     moments: dict[str, dict[str, dict[str, float | None]]] = {}
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(netsafety.unreachable_routes())
-            say("starting the control plane")
-            plane = stack.enter_context(control_plane(bins, log_dir=log_dir))
-            bench = ChurnBench(plane=plane, kubelet=kubelet, work=work, log_dir=log_dir, args=args)
-            for component in components:
-                summary, usage, records = bench.churn_run(component)
-                results[component] = (summary, usage)
-                moments[component] = {n: asdict(r) for n, r in sorted(records.items())}
-        header = (f"pod churn, {started}: {args.pods} pods over {args.minutes:g} min, "
-                  f"each deleted {args.lifetime:g} s after Running; "
-                  f"{', '.join(f'{k} {v}' for k, v in machine().items())}; "
-                  f"{versions_line(kubelet)}")  # fmt: skip
-        print(report(results, markdown=args.markdown, header=header))
-        if args.json:
-            args.json.write_text(json.dumps(moments, indent=1) + "\n")
-    finally:
-        if args.keep_logs:
-            shutil.copytree(log_dir, args.keep_logs, dirs_exist_ok=True)
-        unmount_and_remove(work)
+    with session(components, prefix="na-churn-", keep_logs=args.keep_logs) as run:
+        bench = ChurnBench(
+            plane=run.plane, kubelet=run.kubelet, work=run.work, log_dir=run.log_dir, args=args
+        )
+        for component in components:
+            summary, usage, records = bench.churn_run(component)
+            results[component] = (summary, usage)
+            moments[component] = {n: asdict(r) for n, r in sorted(records.items())}
+    header = (f"pod churn, {started}: {args.pods} pods over {args.minutes:g} min, "
+              f"each deleted {args.lifetime:g} s after Running; "
+              f"{', '.join(f'{k} {v}' for k, v in machine().items())}; "
+              f"{versions_line(run.kubelet)}")  # fmt: skip
+    print(report(results, markdown=args.markdown, header=header))
+    if args.json:
+        args.json.write_text(json.dumps(moments, indent=1) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped and removed")
-        sys.exit(130)
+    script(main)

@@ -36,9 +36,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import cri_calls
 import node_components as comp
@@ -458,43 +459,76 @@ def control_plane(bins: Binaries, *, log_dir: Path) -> Iterator[ControlPlane]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+@dataclass
+class Session:
+    plane: ControlPlane
+    kubelet: Path
+    work: Path
+    log_dir: Path
+
+
+class KubeletMissing(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def session(components: list[str], *, prefix: str, keep_logs: Path | None) -> Iterator[Session]:
+    """What the node benches share: the harness control plane, behind the unreachable routes
+    (`netsafety`), in a work dir of its own (short: containerd's socket is in it); on exit
+    everything is stopped and removed, the logs copied to ``keep_logs`` first. Raises
+    KubeletMissing when a kubelet run is asked for and the kubelet is not built."""
     bins = binaries()
     kubelet = bins.path("kubelet")
-    components = args.only or list(COMPONENTS)
     if "kubelet" in components and not kubelet.exists():
-        say(f"no {kubelet}: run `PYTHONPATH=tests .venv/bin/python -m harness build --peers`")
-        return 2
-    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    work = Path(tempfile.mkdtemp(prefix="na-pods-"))  # short: containerd's socket is in it
+        raise KubeletMissing(
+            f"no {kubelet}: run `PYTHONPATH=tests .venv/bin/python -m harness build --peers`"
+        )
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     log_dir = work / "logs"
-    results: dict[str, Result] = {}
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(netsafety.unreachable_routes())
             say("starting the control plane")
             plane = stack.enter_context(control_plane(bins, log_dir=log_dir))
-            bench = PodBench(plane=plane, kubelet=kubelet, work=work, log_dir=log_dir, args=args)
-            for component in components:
-                results[component] = bench.run(component)
-                say(f"{component}: done")
-        print(pod_report.report(results, args=args, kubelet=kubelet, started=started))
-        if args.json:
-            pods = {c: [b.batch.wall_clock() for b in r.bursts] for c, r in results.items()}
-            args.json.write_text(json.dumps(pods, indent=1) + "\n")
+            yield Session(plane=plane, kubelet=kubelet, work=work, log_dir=log_dir)
     finally:
-        if args.keep_logs:
-            shutil.copytree(log_dir, args.keep_logs, dirs_exist_ok=True)
+        if keep_logs:
+            shutil.copytree(log_dir, keep_logs, dirs_exist_ok=True)
         unmount_and_remove(work)
-    return 0
 
 
-if __name__ == "__main__":
+def script(main: Callable[[list[str]], int]) -> NoReturn:
+    """Run a bench's ``main`` as a script: SIGTERM and Ctrl-C end it through its cleanups."""
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with it ignored
     try:
         sys.exit(main(sys.argv[1:]))
     except KeyboardInterrupt:
         say("interrupted; everything started was stopped and removed")
         sys.exit(130)
+    except KubeletMissing as e:
+        say(str(e))
+        sys.exit(2)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    components = args.only or list(COMPONENTS)
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    results: dict[str, Result] = {}
+    with session(components, prefix="na-pods-", keep_logs=args.keep_logs) as run:
+        bench = PodBench(
+            plane=run.plane, kubelet=run.kubelet, work=run.work, log_dir=run.log_dir, args=args
+        )
+        for component in components:
+            results[component] = bench.run(component)
+            say(f"{component}: done")
+    print(pod_report.report(results, args=args, kubelet=run.kubelet, started=started))
+    if args.json:
+        pods = {c: [b.batch.wall_clock() for b in r.bursts] for c, r in results.items()}
+        args.json.write_text(json.dumps(pods, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    script(main)

@@ -14,7 +14,6 @@ kubelet (``PYTHONPATH=tests .venv/bin/python -m harness build --peers``).
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pod_api
@@ -47,7 +46,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    pod_startup.script(main)
