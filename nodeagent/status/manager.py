@@ -182,6 +182,8 @@ class StatusManager:
         """``pod`` came from the API with only its status moved: when a condition the agent
         reports has another status there than the agent sent (:func:`drifted`), send the
         agent's status again."""
+        if pod.is_static:  # its status is not the API's (its mirror pod holds that)
+            return
         entry = self._pods.get(pod.uid)
         if entry is None or entry.delete or entry.sent is None or entry.sent != entry.wanted:
             return  # unknown, or a patch is on its way anyway
