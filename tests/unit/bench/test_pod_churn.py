@@ -118,6 +118,7 @@ def body(i: int) -> dict[str, Any]:
 
 def test_churn_spreads_creates_and_deletes_each_pod_after_its_lifetime() -> None:
     api = FakeApi(stuck="c-3")
+    # FakeApi has the four methods churn calls, not pod_api.Api's type (an httpx client pair)
     records = asyncio.run(
         churn(api, "ns", body, pods=5, seconds=0.5, lifetime=0.2, start_within=0.3)  # type: ignore[arg-type]
     )
