@@ -11,6 +11,7 @@ import dataclasses
 import ipaddress
 import json
 import re
+import signal
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -56,6 +57,25 @@ class Pod:
         container_id = await self.client.create_container(self.sandbox_id, config, self.config)
         await self.client.start_container(container_id)
         return container_id
+
+    async def wait_catching(self, container_id: str, argv0: str, signo: int) -> None:
+        """Wait until the container's process runs `argv0` and has a handler for `signo`.
+
+        Until it has exec'd, the process is `runc init`, whose Go runtime catches every signal;
+        after, SigCgt (/proc/PID/status) shows only what the program installed itself.
+        """
+        response = await self.client.container_status(container_id, verbose=True)
+        proc = Path(f"/proc/{json.loads(response.info['info'])['pid']}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EXIT_TIMEOUT
+        while True:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            fields = dict(line.split(":", 1) for line in (proc / "status").read_text().splitlines())
+            if argv[0] == argv0.encode() and int(fields["SigCgt"], 16) & (1 << (signo - 1)):
+                return
+            if loop.time() > deadline:
+                raise TimeoutError(f"{container_id} ({argv}) has no handler for {signo} after 30s")
+            await asyncio.sleep(0.01)
 
     async def wait_exited(self, container_id: str) -> cri.ContainerStatus:
         loop = asyncio.get_running_loop()
@@ -162,6 +182,9 @@ async def test_pause_reaps_orphans_as_the_pods_pid_1(shared_pid_pod: Pod) -> Non
 
 async def test_pause_exits_zero_on_sigterm(pod: Pod) -> None:
     container_id = await pod.run("pause", [], image=PAUSE_IMAGE)
+    # StartContainer returns before the process has surely reached pause's sigaction; a SIGTERM
+    # sent earlier finds runc init or the default action and ends it with 143 (seen in CI once).
+    await pod.wait_catching(container_id, "/pause", signal.SIGTERM)
     loop = asyncio.get_running_loop()
     started = loop.time()
 
