@@ -48,7 +48,7 @@ from nodeagent.staticpods import (
     PodSources,
 )
 from nodeagent.status import StatusManager
-from nodeagent.status.manager import PlainDeleter, PodDeleter
+from nodeagent.status.manager import PlainDeleter, PodDeleter, drifted
 from nodeagent.sysctl import Allowlist
 from nodeagent.volumemanager.manager import VolumeManager
 
@@ -143,6 +143,7 @@ def wire_pods(
             api=server,
             statics=static_pods,
             mirrors=MirrorIndex(api_pods=pods_cache.items if pods_cache is not None else list),
+            drifted=drifted,
         )
     elif pods_cache is not None:
         sources = pods_cache

@@ -138,14 +138,13 @@ class MirrorIndex:
     def __init__(self, *, api_pods: Callable[[], Iterable[Obj]]) -> None:
         self._api_pods = api_pods
 
-    def mirror_uid(self, static_uid: str, *, namespace: str, name: str) -> str | None:
-        """The UID of the live mirror of static pod ``static_uid`` named ``namespace/name``."""
+    def mirror(self, static_uid: str, *, namespace: str, name: str) -> Obj | None:
+        """The live mirror pod of static pod ``static_uid`` named ``namespace/name``."""
         for pod in self._api_pods():
-            meta = _meta(pod)
             if (
                 mirror_hash(pod) == static_uid
                 and _key(pod) == (namespace, name)
-                and not meta.get("deletionTimestamp")
+                and not _meta(pod).get("deletionTimestamp")
             ):
-                return str(meta.get("uid") or "") or None
+                return pod
         return None

@@ -5,17 +5,25 @@
 pod's mirror with the mirror's UID as precondition; while there is no mirror (the API server is
 unreachable, the Node is not registered yet, someone deleted the mirror) the newest status is
 held, and :meth:`deliver_pending` — called by the mirror manager whenever the API pods move —
-sends it once a mirror exists. Patches of other pods pass through unchanged.
+sends it once a mirror exists. It also sends it again when the mirror's status has drifted from
+it (``drifted``: the status manager's reconcile test, injected since the managers do not import
+each other): the node lifecycle controller sets Ready False on every pod of a node it lost
+touch with, mirrors included, and the kubelet's status manager compares a static pod's status
+with its mirror's to set that back. Patches of other pods pass through unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodeagent.apiserver import PODS, Api, Conflict, NotFound, PatchType
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.staticpods.mirror import MirrorIndex
+
+Drifted = Callable[[dict[str, Any], dict[str, Any]], bool]
+"""``drifted(api_status, sent_status)``: the API's copy needs the sent status again."""
 
 
 class StaticPodRegistry(Protocol):
@@ -33,6 +41,18 @@ class _Held:
     delivered_to: str | None = None
 
 
+def _sent_status(patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The status a held patch sets, without its ``$patch`` directives (what it removes)."""
+    status = dict(patch.get("status") or {})
+    if "conditions" in status:
+        status["conditions"] = [c for c in status["conditions"] if "$patch" not in c]
+    return status
+
+
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    return str((obj.get("metadata") or {}).get("uid") or "") or None
+
+
 def _patch_uid(patch: object) -> str | None:
     if not isinstance(patch, dict):
         return None
@@ -41,10 +61,18 @@ def _patch_uid(patch: object) -> str | None:
 
 
 class MirrorStatusApi:
-    def __init__(self, *, api: Api, statics: StaticPodRegistry, mirrors: MirrorIndex) -> None:
+    def __init__(
+        self,
+        *,
+        api: Api,
+        statics: StaticPodRegistry,
+        mirrors: MirrorIndex,
+        drifted: Drifted,
+    ) -> None:
         self._api = api
         self._statics = statics
         self._mirrors = mirrors
+        self._drifted = drifted
         self._held: dict[str, _Held] = {}
 
     def held(self, uid: str) -> dict[str, Any] | None:
@@ -87,20 +115,26 @@ class MirrorStatusApi:
         return await self._deliver(uid, entry)
 
     async def deliver_pending(self) -> None:
-        """Send held statuses to mirrors that have not had them; forget pods that are gone.
-        Raises the ``ApiError`` of a failed patch (the caller retries)."""
+        """Send held statuses to mirrors that have not had them or whose status drifted from
+        them; forget pods that are gone. Raises the ``ApiError`` of a failed patch (the caller
+        retries)."""
         for uid, entry in list(self._held.items()):
             mirror = self._mirror_of(uid, entry)
-            if mirror is not None and mirror != entry.delivered_to:
+            mirror_uid = None if mirror is None else _uid(mirror)
+            if mirror is not None and (
+                mirror_uid != entry.delivered_to
+                or self._drifted(dict(mirror.get("status") or {}), _sent_status(entry.patch))
+            ):
                 await self._deliver(uid, entry)
             elif not self._statics.has(uid):
                 del self._held[uid]
 
-    def _mirror_of(self, uid: str, entry: _Held) -> str | None:
-        return self._mirrors.mirror_uid(uid, namespace=entry.namespace, name=entry.name)
+    def _mirror_of(self, uid: str, entry: _Held) -> Mapping[str, Any] | None:
+        return self._mirrors.mirror(uid, namespace=entry.namespace, name=entry.name)
 
     async def _deliver(self, uid: str, entry: _Held) -> Obj:
-        mirror = self._mirror_of(uid, entry)
+        found = self._mirror_of(uid, entry)
+        mirror = None if found is None else _uid(found)
         if mirror is None:
             return {}
         body = {**entry.patch, "metadata": {**entry.patch.get("metadata", {}), "uid": mirror}}

@@ -96,6 +96,11 @@ class Node:
     def root_dir(self) -> Path:
         return self.dir / "root"
 
+    @property
+    def manifests(self) -> Path:
+        """The node's static pod directory (its config's `staticPodPath`)."""
+        return self.dir / "manifests"
+
     def host_path(self, path: str) -> Path:
         """Where the node's private `path` (/etc/cni/net.d, /run/flannel, ...) is on the host."""
         return nodemount.private_dir(self.dir, path)

@@ -204,7 +204,9 @@ def node_config(
     client_ca: Path,
 ) -> Path:
     """The config of a node of a multi-node cluster (`harness.multinode`) before it joins: its
-    root dir, runtime and cgroup root, and where TLS bootstrap will put its kubeconfig. The
+    root dir, runtime and cgroup root, its static pod directory (``<directory>/manifests``, as
+    a kubeadm node's /etc/kubernetes/manifests; empty unless a test writes a manifest there)
+    and where TLS bootstrap will put its kubeconfig. The
     node's name and IP are not in it: `nodeagent join --node-name/--node-ip` writes them into
     the flags file (`join_flags`), as a kubeadm node's flags go to kubeadm-flags.env."""
     path = _config(
@@ -215,6 +217,9 @@ def node_config(
     )
     config = yaml.safe_load(path.read_text())
     config["kubelet"]["cgroupRoot"] = cgroup_root
+    manifests = directory / "manifests"
+    manifests.mkdir(exist_ok=True)
+    config["kubelet"]["staticPodPath"] = str(manifests)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 

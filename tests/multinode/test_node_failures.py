@@ -9,8 +9,9 @@
 - a node that loses power (every process and mount gone, its disk kept) and boots again: the
   agent runs each of its pods once more, one sandbox each, no duplicates;
 - a node cut off from the apiserver past the grace period (its agent running): the node
-  lifecycle controller marks its pods Ready False; once the node is back they are Ready again
-  in the same containers, as the kubelet's status reconcile makes them (found by the soak).
+  lifecycle controller marks its pods Ready False, its static pods' mirrors too; once the node
+  is back they are Ready again in the same containers, as the kubelet's status reconcile makes
+  them (found by the soak).
 
 Each test leaves every node Ready and schedulable."""
 
@@ -24,7 +25,18 @@ from typing import Any
 
 import pytest
 from harness.multinode import Cluster, Node, wait_ready
-from mnpods import apply, by_node, condition, deployment, live, node_obj, pods, ready, wait
+from mnpods import (
+    apply,
+    by_node,
+    condition,
+    deployment,
+    live,
+    node_obj,
+    pods,
+    ready,
+    wait,
+    web_pod_spec,
+)
 
 from nodeagent.kuberuntime import CriClient
 from nodeagent.kuberuntime import types as cri
@@ -243,24 +255,53 @@ def test_a_node_cut_off_past_the_grace_period_has_its_pods_ready_again_once_back
         plane,
         deployment("web", namespace, 1, nodeSelector={"kubernetes.io/hostname": node.name}),
     )
-    [before] = ready_pods(cluster, namespace, 1)
-    name = before["metadata"]["name"]
+    static = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "static", "namespace": namespace},
+        "spec": web_pod_spec(),
+    }
+    manifest = node.manifests / f"{namespace}-static.json"
+    manifest.write_text(json.dumps(static))
+    try:
+        cut_off_and_back(cluster, node, namespace, ["web-", f"static-{node.name}"])
+    finally:
+        manifest.unlink()
 
-    def pod() -> dict[str, Any]:
-        return json.loads(plane.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)
 
+def cut_off_and_back(cluster: Cluster, node: Node, namespace: str, prefixes: list[str]) -> None:
+    """Cut `node` off until the controller marks its pods (named `prefixes`, one each) not
+    ready, then want them ready again in the same containers."""
+    plane = cluster.plane
+
+    def by_prefix() -> dict[str, dict[str, Any]] | None:
+        live_pods = live(pods(plane, namespace))
+        got = {p: [o for o in live_pods if o["metadata"]["name"].startswith(p)] for p in prefixes}
+        return None if any(len(v) != 1 for v in got.values()) else {k: v[0] for k, v in got.items()}
+
+    before = wait(
+        f"{prefixes} ready",
+        lambda: (got := by_prefix()) and all(ready(p) for p in got.values()) and got,
+        within=180,
+    )
     cut_off(cluster, node, on=True)
     try:
         wait(
-            f"{node.name} Unknown and {name} marked not ready",
+            f"{node.name} Unknown and {prefixes} marked not ready",
             lambda: (
                 condition(node_obj(plane, node.name)).get("status") == "Unknown"
-                and not ready(pod())
+                and (got := by_prefix()) is not None
+                and not any(ready(p) for p in got.values())
             ),
             within=GRACE,
         )
     finally:
         cut_off(cluster, node, on=False)
     wait_ready(plane, [node.name])
-    after = wait(f"{name} ready again", lambda: ready(got := pod()) and got, within=60)
-    assert container_id(after) == container_id(before)  # not restarted: only its status sent
+    after = wait(
+        f"{prefixes} ready again",
+        lambda: (got := by_prefix()) and all(ready(p) for p in got.values()) and got,
+        within=60,
+    )
+    for prefix in prefixes:  # not restarted: only their statuses sent
+        assert container_id(after[prefix]) == container_id(before[prefix]), prefix

@@ -128,10 +128,8 @@ def test_the_index_finds_the_live_mirror_of_a_static_pod() -> None:
     uid = WEB["metadata"]["uid"]
     pods = [api_pod("web-node-a"), mirror_of(WEB, uid="m-7")]
     index = MirrorIndex(api_pods=lambda: pods)
-    assert index.mirror_uid(uid, namespace="default", name="web-node-a") == "m-7"
-    assert index.mirror_uid(uid, namespace="other", name="web-node-a") is None
-    assert (
-        index.mirror_uid(WEB_V2["metadata"]["uid"], namespace="default", name="web-node-a") is None
-    )
+    assert index.mirror(uid, namespace="default", name="web-node-a") is pods[1]
+    assert index.mirror(uid, namespace="other", name="web-node-a") is None
+    assert index.mirror(WEB_V2["metadata"]["uid"], namespace="default", name="web-node-a") is None
     pods[1]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert index.mirror_uid(uid, namespace="default", name="web-node-a") is None
+    assert index.mirror(uid, namespace="default", name="web-node-a") is None

@@ -6,6 +6,7 @@ from typing import Any
 
 from nodeagent.apiserver import PODS, PatchType
 from nodeagent.staticpods import MirrorIndex, MirrorStatusApi
+from nodeagent.status.manager import drifted
 from nodeagent.testing.fake_apiserver import FakeApiServer
 
 STATIC_UID = "0123456789abcdef0123456789abcdef"
@@ -49,7 +50,10 @@ async def test_a_static_pod_status_waits_for_the_mirror_then_goes_to_it() -> Non
     server = FakeApiServer()
     statics = Statics()
     api = MirrorStatusApi(
-        api=server, statics=statics, mirrors=MirrorIndex(api_pods=lambda: server.objects(PODS))
+        api=server,
+        statics=statics,
+        mirrors=MirrorIndex(api_pods=lambda: server.objects(PODS)),
+        drifted=drifted,
     )
     await send(api, "web-node-a", STATIC_UID, "Pending")
     await send(api, "web-node-a", STATIC_UID)
@@ -72,8 +76,62 @@ async def test_other_pods_statuses_pass_through_unchanged() -> None:
     server = FakeApiServer()
     api_pod = server.seed(PODS, pod("api"))
     api = MirrorStatusApi(
-        api=server, statics=Statics(), mirrors=MirrorIndex(api_pods=lambda: server.objects(PODS))
+        api=server,
+        statics=Statics(),
+        mirrors=MirrorIndex(api_pods=lambda: server.objects(PODS)),
+        drifted=drifted,
     )
     await send(api, "api", api_pod["metadata"]["uid"])
     [call] = server.calls_to("patch", "pods")
     assert call.body == status_patch(api_pod["metadata"]["uid"])
+
+
+def ready_patch(uid: str) -> dict[str, Any]:
+    conditions = [
+        {"type": "Ready", "status": "True", "reason": None, "message": None},
+        {"type": "PodResizePending", "$patch": "delete"},
+    ]
+    return {"metadata": {"uid": uid}, "status": {"phase": "Running", "conditions": conditions}}
+
+
+def mirror_ready(server: FakeApiServer) -> str | None:
+    stored = server.stored(PODS, "web-node-a", "kube-system") or {}
+    conditions = (stored.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
+
+
+async def test_a_mirror_marked_not_ready_by_others_gets_the_static_pods_status_again() -> None:
+    server = FakeApiServer()
+    api = MirrorStatusApi(
+        api=server,
+        statics=Statics(),
+        mirrors=MirrorIndex(api_pods=lambda: server.objects(PODS)),
+        drifted=drifted,
+    )
+    mirror = server.seed(PODS, pod("web-node-a", {"kubernetes.io/config.mirror": STATIC_UID}))
+    await api.patch(
+        PODS,
+        "web-node-a",
+        ready_patch(STATIC_UID),
+        patch_type=PatchType.MERGE,
+        namespace="kube-system",
+        subresource="status",
+    )
+    assert mirror_ready(server) == "True"
+    await api.deliver_pending()  # the mirror shows what was sent: nothing to send
+    assert len(server.calls_to("patch", "pods")) == 1
+
+    # the node lifecycle controller, having lost touch with the node
+    lost = {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
+    server.modify(
+        PODS,
+        "web-node-a",
+        lambda obj: obj.update(status={"phase": "Running", "conditions": [lost]}),
+        "kube-system",
+    )
+    assert mirror_ready(server) == "False"
+    await api.deliver_pending()
+    assert mirror_ready(server) == "True"
+    assert server.calls_to("patch", "pods")[-1].body == ready_patch(mirror["metadata"]["uid"])
+    await api.deliver_pending()
+    assert len(server.calls_to("patch", "pods")) == 2
