@@ -12,7 +12,8 @@ mirror client).
   :class:`MirrorPods`, the manager that does it (API mode only): from the static pods and the
   Node object, mirror pods created, recreated and deleted with the kubelet's annotations and
   a Node ownerReference;
-- ``status.py`` — :class:`MirrorStatusApi`: a static pod's status goes to its mirror pod;
+- ``status.py`` — :class:`MirrorStatusApi`: a static pod's status goes to its mirror pod, and
+  again when the mirror's drifted from it (the node lifecycle controller's Ready False);
 - ``standalone.py`` — :class:`NoApiServer`, the API of a node without credentials.
 """
 
