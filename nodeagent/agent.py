@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodeagent import cgroups, hostinfo, kuberuntime
+from nodeagent import cgroups, gcpacing, hostinfo, kuberuntime
 from nodeagent.apiserver import NODES, Api, ApiClient, WatchCache
 from nodeagent.certificate.manager import CredentialSettings, CredentialsManager
 from nodeagent.clock import Clock, RealClock
@@ -81,6 +81,7 @@ def build(config: Config, *, environ: Mapping[str, str]) -> Agent:
         managers=managers,
         notifier=notifier,
         watchdog_interval=watchdog_interval(environ),
+        gc_period=gcpacing.FORCE_PERIOD,
     )
 
 
