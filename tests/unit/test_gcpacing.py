@@ -1,4 +1,4 @@
-"""The agent's garbage collection: once with a freeze as it starts, then every two minutes."""
+"""The agent's garbage collection: a full one as it starts, then every two minutes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from nodeagent.gcpacing import FORCE_PERIOD, pace
 
 
 @pytest.mark.looptime
-async def test_a_collection_and_a_freeze_at_the_start_then_a_collection_every_period() -> None:
+async def test_a_full_collection_at_the_start_then_every_period() -> None:
     loop = asyncio.get_running_loop()
     calls: list[tuple[float, str]] = []
 
@@ -21,21 +21,13 @@ async def test_a_collection_and_a_freeze_at_the_start_then_a_collection_every_pe
         calls.append((loop.time(), "collect"))
         return 0
 
-    task = asyncio.create_task(
-        pace(collect=collect, freeze=lambda: calls.append((loop.time(), "freeze")), frozen=int)
-    )
+    task = asyncio.create_task(pace(collect=collect))
     await asyncio.sleep(3 * FORCE_PERIOD + 1)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 
     assert FORCE_PERIOD == 120  # the Go runtime's forcegcperiod
-    assert calls == [
-        (0, "collect"),
-        (0, "freeze"),
-        (120, "collect"),
-        (240, "collect"),
-        (360, "collect"),
-    ]
+    assert calls == [(0, "collect"), (120, "collect"), (240, "collect"), (360, "collect")]
 
 
 class Node:
@@ -58,7 +50,7 @@ def automatic_collection_off() -> Iterator[None]:
 @pytest.mark.looptime
 @pytest.mark.usefixtures("automatic_collection_off")
 async def test_a_reference_cycle_is_gone_after_the_next_collection() -> None:
-    task = asyncio.create_task(pace(period=10, freeze=lambda: None, frozen=int))
+    task = asyncio.create_task(pace(period=10))
     await asyncio.sleep(1)  # the collection of the start is done
     a, b = Node(), Node()
     a.peer, b.peer = b, a
