@@ -112,7 +112,8 @@ class MirrorStatusApi:
         assert isinstance(patch, dict)
         entry = _Held(namespace or "default", name, patch, patch_type)
         self._held[uid] = entry
-        return await self._deliver(uid, entry)
+        found = self._mirror_of(uid, entry)
+        return await self._deliver(entry, None if found is None else _uid(found))
 
     async def deliver_pending(self) -> None:
         """Send held statuses to mirrors that have not had them or whose status drifted from
@@ -120,21 +121,19 @@ class MirrorStatusApi:
         retries)."""
         for uid, entry in list(self._held.items()):
             mirror = self._mirror_of(uid, entry)
-            mirror_uid = None if mirror is None else _uid(mirror)
             if mirror is not None and (
-                mirror_uid != entry.delivered_to
+                _uid(mirror) != entry.delivered_to
                 or self._drifted(dict(mirror.get("status") or {}), _sent_status(entry.patch))
             ):
-                await self._deliver(uid, entry)
+                await self._deliver(entry, _uid(mirror))
             elif not self._statics.has(uid):
                 del self._held[uid]
 
     def _mirror_of(self, uid: str, entry: _Held) -> Mapping[str, Any] | None:
         return self._mirrors.mirror(uid, namespace=entry.namespace, name=entry.name)
 
-    async def _deliver(self, uid: str, entry: _Held) -> Obj:
-        found = self._mirror_of(uid, entry)
-        mirror = None if found is None else _uid(found)
+    async def _deliver(self, entry: _Held, mirror: str | None) -> Obj:
+        """Send ``entry`` to the mirror pod with UID ``mirror`` (none yet: held)."""
         if mirror is None:
             return {}
         body = {**entry.patch, "metadata": {**entry.patch.get("metadata", {}), "uid": mirror}}
