@@ -3,10 +3,13 @@
 ``python -m harness csi-build``. Two kinds of binary land in ``<cache>/bin/csi-<name>-<version>/``:
 
 - the kubernetes-csi sidecars (external-provisioner, -attacher, -resizer, -snapshotter), each
-  from its Go module at the version pinned in ``versions.env`` (``CSI_*_VERSION``), through a
-  wrapper module in ``<cache>/go/src/csi-<name>-<version>`` whose ``go.mod`` requires it and
-  repeats its own ``replace`` lines (a dependency's replaces do not apply to the module that
-  requires it, and the sidecars pin every k8s.io staging module that way);
+  from its Go module at the version pinned in ``versions.env`` (``CSI_*_VERSION``), all through
+  one wrapper module in ``<cache>/go/src/csi-sidecars`` whose ``go.mod`` requires the four and
+  repeats their ``replace`` lines (a dependency's replaces do not apply to the module that
+  requires it, and the sidecars pin every k8s.io staging module that way), each staging module
+  at ``CSI_STAGING_VERSION``. One build list means the dependencies they share (client-go, grpc,
+  prometheus, ...) compile once: 3m52 for the four from an empty build cache, against 19m42
+  with a module each, whose staging pins (v0.35.0 to v0.37.0) shared nothing;
 - ``csi-hostpath``: the stand-in hostpath driver of this repository (tests/harness/csi-hostpath/,
   its own Go module): the plugin, the node registrar and the liveness probe in one binary, for
   the kubernetes-csi modules the proxy does not serve (see that directory's README).
@@ -32,7 +35,7 @@ from harness.versions import Versions, cache_dir, load_versions
 
 STANDIN_SOURCE = Path(__file__).with_name("csi-hostpath")
 STANDIN_VERSION = "v0.2.0"  # the stand-in's own version: bump it with a behaviour change
-WRAPPER_SCHEMA = "csi-wrapper-1"  # bump when `wrapper_go_mod` renders differently
+WRAPPER_SCHEMA = "csi-wrapper-2"  # bump when `wrapper_go_mod` renders differently
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,15 +115,60 @@ def version_replaces(upstream_go_mod: str) -> list[str]:
     return lines
 
 
-def wrapper_go_mod(sidecar: Sidecar, upstream_go_mod: str) -> str:
-    replaces = "\n".join(f"replace {r}" for r in version_replaces(upstream_go_mod))
+def version_key(version: str) -> tuple[int, ...]:
+    """``v0.37.0`` -> (0, 37, 0); a pre-release or build suffix is ignored."""
+    core = version.lstrip("v").split("-", 1)[0].split("+", 1)[0]
+    return tuple(int(part) for part in core.split("."))
+
+
+def staging_pins(replaces: Sequence[str]) -> set[str]:
+    """The k8s.io modules a go.mod pins to a version of themselves (``k8s.io/api =>
+    k8s.io/api v0.35.0``): the Kubernetes staging modules."""
+    pinned = set()
+    for line in replaces:
+        old, _, new = line.partition(" => ")
+        if old.startswith("k8s.io/") and new.split()[0] == old:
+            pinned.add(old)
+    return pinned
+
+
+def wrapper_go_mod(items: Sequence[Sidecar], upstreams: Sequence[str], staging: str) -> str:
+    """One module that requires every sidecar. Each staging module any of them pins is pinned
+    to ``staging``; their other version replaces are repeated. Raises ``SystemExit`` when two
+    upstreams replace one module differently, or one asks for a staging module newer than
+    ``staging`` (building it against older APIs could fail or change behaviour)."""
+    per_upstream = [version_replaces(text) for text in upstreams]
+    staged = set().union(*(staging_pins(r) for r in per_upstream))
+    others: dict[str, tuple[str, str]] = {}
+    for sidecar, replaces, text in zip(items, per_upstream, upstreams, strict=True):
+        asked = re.findall(r"^\s*(?:require\s+)?(k8s\.io/\S+)\s+(v\S+)", text, re.M)
+        asked += [(line.split()[0], line.split()[-1]) for line in replaces]
+        for module, version in asked:
+            if module in staged and version_key(version) > version_key(staging):
+                raise SystemExit(
+                    f"{sidecar.name} {sidecar.version} asks for {module} {version}, newer than"
+                    f" CSI_STAGING_VERSION={staging} in tests/harness/versions.env: raise it"
+                )
+        for line in replaces:
+            old, _, new = line.partition(" => ")
+            if old in staged:
+                continue
+            seen = others.setdefault(old, (new, sidecar.name))
+            if seen[0] != new:
+                raise SystemExit(
+                    f"{seen[1]} replaces {old} with {seen[0]} but {sidecar.name} with {new}:"
+                    " one wrapper module cannot hold both"
+                )
+    requires = "\n".join(f"\t{s.module} {s.version}" for s in items)
+    lines = [f"replace {m} => {m} {staging}" for m in sorted(staged)]
+    lines += [f"replace {old} => {new}" for old, (new, _) in others.items()]
+    names = ", ".join(s.setting for s in items)
     return (
-        f"// Wrapper module that builds {sidecar.name} from the Go module proxy.\n"
-        f"// Written by tests/harness/csi_build.py with {sidecar.setting}.\n"
-        f"module nodeagent.test/{sidecar.name}-build\n\n"
+        "// Wrapper module that builds the CSI sidecars from the Go module proxy.\n"
+        f"// Written by tests/harness/csi_build.py with {names} and CSI_STAGING_VERSION.\n"
+        "module nodeagent.test/csi-sidecars-build\n\n"
         "go 1.26.0\n\n"
-        f"require {sidecar.module} {sidecar.version}\n\n"
-        f"{replaces}\n"
+        f"require (\n{requires}\n)\n\n" + "\n".join(lines) + "\n"
     )
 
 
@@ -129,9 +177,12 @@ def ldflags(version: str) -> str:
     return f"-s -w -X main.version={version}"
 
 
-def sidecar_recipe(sidecar: Sidecar, go_version: str) -> str:
+def sidecar_recipe(sidecar: Sidecar, go_version: str, versions: Versions) -> str:
+    """What decides a sidecar's binary: its own version and, through the shared build list,
+    every other sidecar's and the staging version."""
     parts = [go_version, sidecar.package, sidecar.version, ldflags(sidecar.version)]
-    parts += [hb.TAGS, "CGO_ENABLED=0 -trimpath", WRAPPER_SCHEMA]
+    parts += [f"{s.module}@{s.version}" for s in sidecars(versions)]
+    parts += [versions.csi_staging, hb.TAGS, "CGO_ENABLED=0 -trimpath", WRAPPER_SCHEMA]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -163,15 +214,22 @@ def _stamp(binary: Path, recipe: str) -> None:
     partial.rename(binary.with_name(f"{binary.name}.recipe"))
 
 
-def _build_sidecar(sidecar: Sidecar, parallel: int | None) -> None:
-    info = json.loads(hb.go("mod", "download", "-json", f"{sidecar.module}@{sidecar.version}"))
-    upstream = Path(info["GoMod"]).read_text()
-    workdir = cache_dir() / "go" / "src" / f"{sidecar.name}-{sidecar.version}"
+def _prepare_wrapper(versions: Versions) -> Path:
+    items = sidecars(versions)
+    upstreams = []
+    for sidecar in items:
+        info = json.loads(hb.go("mod", "download", "-json", f"{sidecar.module}@{sidecar.version}"))
+        upstreams.append(Path(info["GoMod"]).read_text())
+    workdir = cache_dir() / "go" / "src" / "csi-sidecars"
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "go.mod").write_text(wrapper_go_mod(sidecar, upstream))
+    (workdir / "go.mod").write_text(wrapper_go_mod(items, upstreams, versions.csi_staging))
+    return workdir
+
+
+def _build_sidecar(sidecar: Sidecar, workdir: Path, parallel: int | None) -> None:
     target = hb.Target(
         name=sidecar.name,
-        wrapper=sidecar.name,
+        wrapper="csi-sidecars",
         package=sidecar.package,
         ldflags=ldflags(sidecar.version),
         out_dir=sidecar.out_dir,
@@ -199,7 +257,7 @@ def ensure_csi(*, parallel: int | None = None, quiet: bool = False) -> dict[str,
     versions = load_versions()
     go_version = hb.go("env", "GOVERSION").strip()
     standin = standin_dir() / "csi-hostpath"
-    wanted_all = {s.path: sidecar_recipe(s, go_version) for s in sidecars(versions)}
+    wanted_all = {s.path: sidecar_recipe(s, go_version, versions) for s in sidecars(versions)}
     wanted_all[standin] = standin_recipe(go_version)
     if all(_fresh(path, recipe) for path, recipe in wanted_all.items()):
         # binaries and stamps are renamed into place: a fresh set needs no lock (another
@@ -210,14 +268,19 @@ def ensure_csi(*, parallel: int | None = None, quiet: bool = False) -> dict[str,
         return paths
     paths = {}
     with hb.build_lock():
+        for setting, value in [(s.setting, s.version) for s in sidecars(versions)] + [
+            ("CSI_STAGING_VERSION", versions.csi_staging)
+        ]:
+            if not value:
+                raise SystemExit(f"{setting} is not set in tests/harness/versions.env")
+        workdir: Path | None = None
         for sidecar in sidecars(versions):
-            if not sidecar.version:
-                raise SystemExit(f"{sidecar.setting} is not set in tests/harness/versions.env")
-            wanted = sidecar_recipe(sidecar, go_version)
+            wanted = sidecar_recipe(sidecar, go_version, versions)
             if not _fresh(sidecar.path, wanted):
+                workdir = workdir or _prepare_wrapper(versions)
                 hb.say(f"building {sidecar.name} {sidecar.version} ({sidecar.package}) ...")
                 started = time.monotonic()
-                _build_sidecar(sidecar, parallel)
+                _build_sidecar(sidecar, workdir, parallel)
                 _stamp(sidecar.path, wanted)
                 hb.say(f"built {sidecar.name} in {hb.duration(time.monotonic() - started)}")
             paths[sidecar.name] = sidecar.path

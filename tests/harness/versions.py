@@ -25,6 +25,7 @@ class Versions:
     csi_attacher: str = ""
     csi_resizer: str = ""
     csi_snapshotter: str = ""
+    csi_staging: str = ""
     flannel: str = ""
     flannel_cni_plugin: str = ""
     cni_plugins: str = ""
@@ -61,6 +62,7 @@ def load_versions(path: Path = VERSIONS_FILE) -> Versions:
         csi_attacher=env.get("CSI_ATTACHER_VERSION", ""),
         csi_resizer=env.get("CSI_RESIZER_VERSION", ""),
         csi_snapshotter=env.get("CSI_SNAPSHOTTER_VERSION", ""),
+        csi_staging=env.get("CSI_STAGING_VERSION", ""),
         flannel=env.get("FLANNEL_VERSION", ""),
         flannel_cni_plugin=env.get("FLANNEL_CNI_PLUGIN_VERSION", ""),
         cni_plugins=env.get("CNI_PLUGINS_VERSION", ""),

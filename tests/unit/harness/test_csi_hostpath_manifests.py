@@ -3,10 +3,14 @@ wrapper modules its sidecars are built through."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import csi_build, csi_hostpath
+from harness.versions import load_versions
 
 
 def objects(**kwargs: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -115,14 +119,83 @@ replace (
         "example.com/a v1.0.0 => example.com/b v1.1.0",
     ]
     [snapshotter] = [s for s in csi_build.sidecars() if s.name == "csi-snapshotter"]
-    text = csi_build.wrapper_go_mod(snapshotter, upstream)
-    assert f"require {snapshotter.module} {snapshotter.version}" in text
-    assert "replace k8s.io/api => k8s.io/api v0.35.0" in text
-    assert "./client" not in text
     assert (
         snapshotter.package
         == "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"
     )
+
+
+SNAPSHOTTER_MOD = """module github.com/kubernetes-csi/external-snapshotter/v8
+
+require (
+\tgoogle.golang.org/grpc v1.78.0
+\tk8s.io/api v0.35.0
+)
+
+replace github.com/kubernetes-csi/external-snapshotter/client/v8 => ./client
+
+replace (
+\tk8s.io/api => k8s.io/api v0.35.0
+\tk8s.io/kubelet => k8s.io/kubelet v0.35.0
+\texample.com/a v1.0.0 => example.com/b v1.1.0
+)
+"""
+
+ATTACHER_MOD = """module github.com/kubernetes-csi/external-attacher/v4
+
+require k8s.io/api v0.37.0
+
+replace k8s.io/api => k8s.io/api v0.37.0
+replace k8s.io/client-go => k8s.io/client-go v0.37.0
+"""
+
+
+def _pair() -> list[csi_build.Sidecar]:
+    by_name = {s.name: s for s in csi_build.sidecars()}
+    return [by_name["csi-snapshotter"], by_name["csi-attacher"]]
+
+
+def test_one_wrapper_module_pins_every_sidecars_staging_modules_to_one_version() -> None:
+    text = csi_build.wrapper_go_mod(_pair(), [SNAPSHOTTER_MOD, ATTACHER_MOD], "v0.37.0")
+    for sidecar in _pair():
+        assert f"\t{sidecar.module} {sidecar.version}\n" in text
+    replaces = sorted(line for line in text.splitlines() if line.startswith("replace "))
+    assert replaces == [
+        "replace example.com/a v1.0.0 => example.com/b v1.1.0",
+        "replace k8s.io/api => k8s.io/api v0.37.0",
+        "replace k8s.io/client-go => k8s.io/client-go v0.37.0",
+        "replace k8s.io/kubelet => k8s.io/kubelet v0.37.0",
+    ]
+    assert "./client" not in text
+
+
+def test_a_sidecar_asking_for_newer_staging_modules_stops_the_build_naming_it() -> None:
+    with pytest.raises(
+        SystemExit,
+        match=r"csi-attacher .* asks for k8s.io/api v0.37.0, newer"
+        r" than CSI_STAGING_VERSION=v0.36.3",
+    ):
+        csi_build.wrapper_go_mod(_pair(), [SNAPSHOTTER_MOD, ATTACHER_MOD], "v0.36.3")
+
+
+def test_two_sidecars_replacing_one_module_differently_stop_the_build() -> None:
+    other = ATTACHER_MOD + "replace example.com/a v1.0.0 => example.com/c v1.2.0\n"
+    said = (
+        "csi-snapshotter replaces example.com/a v1.0.0 with example.com/b v1.1.0"
+        " but csi-attacher with example.com/c v1.2.0"
+    )
+    with pytest.raises(SystemExit, match=re.escape(said)):
+        csi_build.wrapper_go_mod(_pair(), [SNAPSHOTTER_MOD, other], "v0.37.0")
+
+
+def test_a_sidecars_recipe_changes_with_another_sidecar_or_the_staging_version() -> None:
+    versions = load_versions()
+    [snapshotter, _] = _pair()
+    base = csi_build.sidecar_recipe(snapshotter, "go1.26.0", versions)
+    bumped = dataclasses.replace(versions, csi_attacher="v4.99.0")
+    staged = dataclasses.replace(versions, csi_staging="v0.38.0")
+    assert csi_build.sidecar_recipe(snapshotter, "go1.26.0", bumped) != base
+    assert csi_build.sidecar_recipe(snapshotter, "go1.26.0", staged) != base
 
 
 def test_a_tests_driver_reaches_the_api_through_a_kubeconfig_on_the_host_network() -> None:
