@@ -11,12 +11,20 @@ recreated, and the new pod reads what the first wrote; scaled to 0 (the volume u
 detached) and back to 1, it reads it again; the claim is expanded online. Once the
 StatefulSet and its claims are deleted, nothing is left mounted below the root dir but the
 plugin's own container volumes, and the provisioner deletes the volume.
+
+The agent killed (SIGKILL) in the middle of a NodePublishVolume, with the driver in its pod on
+the same node: once the agent is back, the driver's containers are the same, the plugin is
+registered again, and nothing of the abandoned publish is left mounted. (A kill in the middle
+of NodeStageVolume is test_csi_volumes' test, with a driver on the host whose stage needs no
+attach: here the attacher calls the same frozen plugin first.)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +36,10 @@ from harness import csi_hostpath as driver_objects
 from harness.controlplane import ControlPlane
 from harness.fixtures_csi import CSIHostpath, Deployed
 from harness.fixtures_runtime import RuntimeEnv
+from harness.images import BUSYBOX_IMAGE
 from podnode import until
 from test_persistent_volumes import running_uid, statefulset
+from test_pod_api_access import container_pid
 from test_volumes import mounts_below, no_mounts_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("removes_pulled_images")]
@@ -213,3 +223,148 @@ async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_onl
             explain=lambda: csi_hostpath.explain(deployed),
         )
         assert not attachments(control_plane, pv)
+
+
+def containers_of(control_plane: ControlPlane, ns: str, name: str) -> dict[str, tuple[str, int]]:
+    """Each container of the pod: (container ID, restart count)."""
+    pod = api_get(control_plane, f"/api/v1/namespaces/{ns}/pods/{name}") or {}
+    return {
+        s["name"]: (s.get("containerID", ""), s.get("restartCount", 0))
+        for s in (pod.get("status") or {}).get("containerStatuses") or []
+    }
+
+
+def claim_user(name: str, namespace: str, node: str, claim: str) -> dict[str, Any]:
+    """A bare pod on ``node`` that mounts ``claim`` (another user of a staged volume)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+        },
+    }
+
+
+async def test_agent_killed_mid_publish_beside_make_ups_driver_leaves_no_mount_after_restart(
+    control_plane: ControlPlane,
+    containerd: RuntimeEnv,
+    csi_hostpath: CSIHostpath,
+    tmp_path: Path,
+    root: Path,
+) -> None:
+    """The driver runs in a pod on the node it serves: the agent is killed (SIGKILL) while
+    NodePublishVolume of a second user of web-0's volume hangs in the plugin (SIGSTOP), the
+    second pod is force-deleted while no agent runs, and the agent starts again. Then the
+    driver's pod keeps its containers (no restart), the agent registers the plugin again
+    through its registrar's socket, removes the second pod's directory and whatever the thawed
+    plugin mounted there, and web-0 keeps running on the volume; deleting the app unpublishes,
+    unstages and detaches it as before."""
+    async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+        ns = node.namespace
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        deployed = await csi_hostpath.deploy(node)
+        plugin_uid = running_uid(control_plane, ns, deployed.pod)
+        assert plugin_uid is not None
+        driver_containers = containers_of(control_plane, ns, deployed.pod)
+        plugin_id = driver_containers["hostpath"][0].removeprefix("containerd://")
+        plugin_pid = await container_pid(containerd.endpoint, plugin_id)
+        try:
+            apply(control_plane, default_class_statefulset(ns))
+            web = await web_started(node, control_plane, csi_hostpath, deployed, 1)
+            pv = claim_of(control_plane, ns, "data-web-0")["spec"]["volumeName"]
+
+            os.kill(plugin_pid, signal.SIGSTOP)  # every CSI call hangs from here
+            try:
+                apply(control_plane, claim_user("second", ns, node.name, "data-web-0"))
+                second = await until(
+                    "the second pod created",
+                    lambda: next(
+                        (
+                            p
+                            for p in pods_in(control_plane, ns)
+                            if p["metadata"]["name"] == "second"
+                        ),
+                        None,
+                    ),
+                    within=10,
+                )
+                second_dir = root / "pods" / second["metadata"]["uid"]
+                volume_dir = second_dir / "volumes" / CSI_DIR / pv
+                await until(
+                    "NodePublishVolume under way",
+                    (volume_dir / "vol_data.json").exists,
+                    within=60,
+                    every=0.2,
+                    explain=node.log_tail,
+                )
+                node.kill()
+                control_plane.kubectl(
+                    "delete", "pod", "second", "-n", ns, "--grace-period=0", "--force"
+                )
+            finally:
+                os.kill(plugin_pid, signal.SIGCONT)  # it may finish the publish nobody wants
+            node.start()
+            await until(
+                "the second pod's directory and mounts gone",
+                lambda: not second_dir.exists(),
+                within=90,
+                every=0.5,
+                explain=lambda: (mounts_below(root), node.log_tail(2000)),
+            )
+            assert running_uid(control_plane, ns, "web-0") == web
+            assert containers_of(control_plane, ns, deployed.pod) == driver_containers
+            [staged] = list(
+                (root / "plugins" / "kubernetes.io" / "csi" / driver_objects.DRIVER).glob(
+                    "*/globalmount"
+                )
+            )
+            published = root / "pods" / web / "volumes" / CSI_DIR / pv / "mount"
+            assert sorted(app_mounts(root, plugin_uid)) == sorted([str(staged), str(published)])
+            assert "Traceback" not in node.log_text(), node.log_tail()
+        finally:
+            control_plane.kubectl(
+                "delete", "statefulset", "web", "-n", ns, "--wait=false", check=False
+            )
+            control_plane.kubectl(
+                "delete",
+                "pod",
+                "second",
+                "-n",
+                ns,
+                "--ignore-not-found",
+                "--wait=false",
+                check=False,
+            )
+            control_plane.kubectl("delete", "pvc", "--all", "-n", ns, "--wait=false", check=False)
+        await until(
+            "only the driver's pod left",
+            lambda: [p["metadata"]["name"] for p in pods_in(control_plane, ns)] == [deployed.pod],
+            within=90,
+        )
+        await until(
+            "nothing of the app mounted or staged",
+            lambda: not app_mounts(root, plugin_uid),
+            within=60,
+            explain=lambda: mounts_below(root),
+        )
+        await until(
+            "the volume detached and deleted",
+            lambda: (
+                not attachments(control_plane, pv) and not volumes_of_default_class(control_plane)
+            ),
+            within=90,
+            explain=lambda: csi_hostpath.explain(deployed),
+        )
