@@ -1,9 +1,9 @@
 """The prober manager: liveness, readiness and startup probes, as the kubelet's ``prober``.
 
 Modules: ``manager.py`` (workers and results), ``prober.py`` (dispatch), ``kinds.py`` (exec,
-tcp), ``http.py``, ``grpchealth.py``. In: pods from the pod sync (``add_pod``, stopped at
-termination), their last generated status (container IDs, states, pod IP), CRI ``ExecSync``,
-TCP/HTTP(S)/gRPC to the pod IP. Out:
+tcp), ``http.py``, ``sockio.py`` (plain TCP without asyncio's transports), ``grpchealth.py``.
+In: pods from the pod sync (``add_pod``, stopped at termination), their last generated status
+(container IDs, states, pod IP), CRI ``ExecSync``, TCP/HTTP(S)/gRPC to the pod IP. Out:
 
 - one asyncio task per (pod, container, probe type) with the kubelet's timing and thresholds;
   results keyed by container ID;

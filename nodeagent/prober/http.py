@@ -28,6 +28,7 @@ from nodeagent.prober.outcome import (
     join_host_port,
     success,
 )
+from nodeagent.prober.sockio import open_socket_stream
 
 MAX_REDIRECTS: Final = 10
 TIMEOUT_TEXT: Final = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
@@ -55,9 +56,10 @@ Opener = Callable[[str, int, ssl.SSLContext | None, str | None], Awaitable[tuple
 async def open_stream(
     host: str, port: int, tls: ssl.SSLContext | None, server_hostname: str | None
 ) -> tuple[Reader, Writer]:
-    return await asyncio.open_connection(
-        host, port, ssl=tls, server_hostname=server_hostname if tls else None
-    )
+    """HTTPS over asyncio's streams; plain HTTP over the socket itself (``sockio``)."""
+    if tls is None:
+        return await open_socket_stream(host, port)
+    return await asyncio.open_connection(host, port, ssl=tls, server_hostname=server_hostname)
 
 
 _TLS: ssl.SSLContext | None = None

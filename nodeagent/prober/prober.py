@@ -5,7 +5,6 @@ container port), run it over the injected I/O, retry an errored run up to three 
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from nodeagent.prober.grpchealth import HealthChecker, grpc_probe
 from nodeagent.prober.http import Opener, http_probe, open_stream, probe_url, request_headers
 from nodeagent.prober.kinds import Connector, Execer, exec_probe, tcp_probe
 from nodeagent.prober.outcome import Outcome, ProbeOutcome, errored
+from nodeagent.prober.sockio import open_socket_stream
 
 MAX_PROBE_RETRIES: Final = 3
 
@@ -33,10 +33,6 @@ class ProbeType(enum.Enum):
         return container.startup_probe
 
 
-async def _connect(host: str, port: int) -> tuple[Any, Any]:
-    return await asyncio.open_connection(host, port)
-
-
 async def _no_grpc(host: str, port: int, service: str, seconds: float) -> Any:
     raise RuntimeError("no gRPC health checker configured")
 
@@ -47,7 +43,7 @@ class ProbeIO:
 
     runtime: Execer
     user_agent: str
-    connect: Connector = _connect
+    connect: Connector = open_socket_stream
     open_http: Opener = open_stream
     grpc_check: HealthChecker = field(default=_no_grpc)
 
