@@ -36,8 +36,8 @@ from harness import csi_hostpath as driver_objects
 from harness.controlplane import ControlPlane
 from harness.fixtures_csi import CSIHostpath, Deployed
 from harness.fixtures_runtime import RuntimeEnv
-from harness.images import BUSYBOX_IMAGE
 from podnode import until
+from test_csi_volumes import user
 from test_persistent_volumes import running_uid, statefulset
 from test_pod_api_access import container_pid
 from test_volumes import mounts_below, no_mounts_left
@@ -116,6 +116,45 @@ async def web_started(
     )
     await until(f"{count} starts logged", lambda: len(log_lines(d.data_dir)) >= count, within=30)
     return str(uid)
+
+
+def delete_app(control_plane: ControlPlane, ns: str, *pods: str) -> None:
+    """The StatefulSet ``web``, the given pods and every claim, without waiting."""
+    kubectl = control_plane.kubectl
+    kubectl("delete", "statefulset", "web", "-n", ns, "--wait=false", check=False)
+    for pod in pods:
+        kubectl("delete", "pod", pod, "-n", ns, "--ignore-not-found", "--wait=false", check=False)
+    kubectl("delete", "pvc", "--all", "-n", ns, "--wait=false", check=False)
+
+
+async def app_gone(
+    control_plane: ControlPlane,
+    csi_hostpath: CSIHostpath,
+    deployed: Deployed,
+    plugin_uid: str,
+    pv: str,
+) -> None:
+    """Once the app and its claim were deleted while the driver still runs: the agent has
+    unpublished and unstaged, the attacher detached, the provisioner deleted the volume."""
+    ns, root = deployed.namespace, deployed.root_dir
+    await until(
+        "only the driver's pod left",
+        lambda: [p["metadata"]["name"] for p in pods_in(control_plane, ns)] == [deployed.pod],
+        within=90,
+    )
+    await until(
+        "nothing of the app mounted or staged",
+        lambda: not app_mounts(root, plugin_uid),
+        within=60,
+        explain=lambda: mounts_below(root),
+    )
+    await until(
+        "the volume deleted by the provisioner",
+        lambda: not volumes_of_default_class(control_plane),
+        within=90,
+        explain=lambda: csi_hostpath.explain(deployed),
+    )
+    assert not attachments(control_plane, pv)
 
 
 async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_online(
@@ -198,31 +237,8 @@ async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_onl
             assert running_uid(control_plane, node.namespace, "web-0") == third
             assert "Traceback" not in node.log_text(), node.log_tail()
         finally:
-            # the app and its claim go while the driver still runs: the agent unpublishes and
-            # unstages, the attacher detaches, the provisioner deletes the volume
-            control_plane.kubectl("delete", "statefulset", "web", *ns, "--wait=false", check=False)
-            control_plane.kubectl("delete", "pvc", "--all", *ns, "--wait=false", check=False)
-        await until(
-            "only the driver's pod left",
-            lambda: (
-                [p["metadata"]["name"] for p in pods_in(control_plane, node.namespace)]
-                == [deployed.pod]
-            ),
-            within=90,
-        )
-        await until(
-            "nothing of the app mounted or staged",
-            lambda: not app_mounts(root, plugin_uid),
-            within=60,
-            explain=lambda: mounts_below(root),
-        )
-        await until(
-            "the volume deleted by the provisioner",
-            lambda: not volumes_of_default_class(control_plane),
-            within=90,
-            explain=lambda: csi_hostpath.explain(deployed),
-        )
-        assert not attachments(control_plane, pv)
+            delete_app(control_plane, node.namespace)
+        await app_gone(control_plane, csi_hostpath, deployed, plugin_uid, pv)
 
 
 def containers_of(control_plane: ControlPlane, ns: str, name: str) -> dict[str, tuple[str, int]]:
@@ -235,26 +251,10 @@ def containers_of(control_plane: ControlPlane, ns: str, name: str) -> dict[str, 
 
 
 def claim_user(name: str, namespace: str, node: str, claim: str) -> dict[str, Any]:
-    """A bare pod on ``node`` that mounts ``claim`` (another user of a staged volume)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["sh", "-c", "sleep 3600"],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                }
-            ],
-        },
-    }
+    """test_csi_volumes' bare pod on ``node``, mounting ``claim``."""
+    pod = user(name, namespace, node)
+    pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] = claim
+    return pod
 
 
 async def test_agent_killed_mid_publish_beside_make_ups_driver_leaves_no_mount_after_restart(
@@ -335,36 +335,5 @@ async def test_agent_killed_mid_publish_beside_make_ups_driver_leaves_no_mount_a
             assert sorted(app_mounts(root, plugin_uid)) == sorted([str(staged), str(published)])
             assert "Traceback" not in node.log_text(), node.log_tail()
         finally:
-            control_plane.kubectl(
-                "delete", "statefulset", "web", "-n", ns, "--wait=false", check=False
-            )
-            control_plane.kubectl(
-                "delete",
-                "pod",
-                "second",
-                "-n",
-                ns,
-                "--ignore-not-found",
-                "--wait=false",
-                check=False,
-            )
-            control_plane.kubectl("delete", "pvc", "--all", "-n", ns, "--wait=false", check=False)
-        await until(
-            "only the driver's pod left",
-            lambda: [p["metadata"]["name"] for p in pods_in(control_plane, ns)] == [deployed.pod],
-            within=90,
-        )
-        await until(
-            "nothing of the app mounted or staged",
-            lambda: not app_mounts(root, plugin_uid),
-            within=60,
-            explain=lambda: mounts_below(root),
-        )
-        await until(
-            "the volume detached and deleted",
-            lambda: (
-                not attachments(control_plane, pv) and not volumes_of_default_class(control_plane)
-            ),
-            within=90,
-            explain=lambda: csi_hostpath.explain(deployed),
-        )
+            delete_app(control_plane, ns, "second")
+        await app_gone(control_plane, csi_hostpath, deployed, plugin_uid, pv)
