@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import shutil
 import signal
 import sys
 import time
@@ -61,6 +62,17 @@ def _raise_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)  # so the cluster is torn down on SIGTERM too
 
 
+def keep_node_logs(source: Path, target: Path) -> None:
+    """Copy the nodes' logs (each agent's or kubelet's and kube-proxy's, each containerd's)
+    out of the cluster's directory, which its teardown removes: a run's faults are read in
+    them afterwards. The agents still run (the cluster stops them after), so a log may lack
+    its last lines."""
+    try:
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    except OSError as e:
+        print(f">>> the nodes' logs were not kept: {e}", flush=True)
+
+
 def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_exit)
     from harness.testcluster import multinode_cluster
@@ -77,20 +89,21 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or DEFAULT_OUT / f"{args.peer}-{time.strftime('%Y%m%dT%H%M%S')}-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     print(f">>> soak seed {seed} (replay: make soak SEED={seed} ...); output in {out}", flush=True)
-    with (
-        multinode_cluster(count=args.nodes, log_dir=out / "logs", root_size=ROOT_SIZE) as cluster,
-        peer(args.peer, cluster, out / "peer") as node_peer,
-    ):
-        soak = Soak(
-            cluster=cluster,
-            peer=node_peer,
-            seed=seed,
-            duration=args.duration,
-            out=out,
-            kinds=kinds,
-            say=lambda m: print(m, flush=True),
-        )
-        soak.run()
+    with multinode_cluster(count=args.nodes, log_dir=out / "logs", root_size=ROOT_SIZE) as cluster:
+        try:
+            with peer(args.peer, cluster, out / "peer") as node_peer:
+                soak = Soak(
+                    cluster=cluster,
+                    peer=node_peer,
+                    seed=seed,
+                    duration=args.duration,
+                    out=out,
+                    kinds=kinds,
+                    say=lambda m: print(m, flush=True),
+                )
+                soak.run()
+        finally:
+            keep_node_logs(cluster.log_dir, out / "logs" / "nodes")
     for v in sorted(soak.violations):
         print(f"VIOLATION {v.line()}")
     print(f">>> soak seed {seed}: {len(soak.violations)} violations ({out}/soak.json)")
