@@ -118,7 +118,10 @@ async def _read_body(reader: Reader, headers: dict[str, str]) -> bytes:
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 break
-            body += await reader.readexactly(size)
+            wanted = min(size, MAX_OUTPUT - len(body))  # not more than is kept, whatever it claims
+            body += await reader.readexactly(wanted)
+            if wanted < size:
+                break
             await reader.readline()
         return body[:MAX_OUTPUT]
     length = headers.get("content-length")

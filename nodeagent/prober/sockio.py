@@ -22,6 +22,7 @@ import socket
 from typing import Final
 
 RECV_SIZE: Final = 65536
+LINE_LIMIT: Final = 65536  # a line may not be longer (asyncio's StreamReader limit, as before)
 
 
 async def _addresses(host: str, port: int) -> list[tuple[int, tuple[str, int]]]:
@@ -79,8 +80,12 @@ class SocketStream:
         return data
 
     async def readline(self) -> bytes:
-        """Up to and including the next ``\\n``; what is left at EOF (``b""`` at its end)."""
+        """Up to and including the next ``\\n``; what is left at EOF (``b""`` at its end).
+        ``ValueError`` once ``LINE_LIMIT`` bytes came without one: the peer (a pod) does not
+        get to fill the agent's memory."""
         while (end := self._buffer.find(b"\n")) < 0:
+            if len(self._buffer) > LINE_LIMIT:
+                raise ValueError(f"a line longer than {LINE_LIMIT} bytes")
             if not await self._fill():
                 return self._take(len(self._buffer))
         return self._take(end + 1)

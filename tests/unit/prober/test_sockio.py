@@ -5,6 +5,7 @@ reference cycle left behind by a probe."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import socket
 import threading
@@ -222,3 +223,40 @@ async def test_stream_reads_lines_exact_counts_and_eof() -> None:
         await stream.readexactly(1)
     stream.close()
     assert left.fileno() == -1
+
+
+def holding(answer: bytes) -> Handler:
+    """Reads the request's head, writes ``answer`` and keeps the connection open until the
+    client closes it (a pod that never finishes its response)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):  # the client closes with data unread
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            writer.write(answer)
+            await writer.drain()
+            await reader.read()
+        writer.close()
+
+    return handle
+
+
+async def test_an_endless_header_line_fails_the_probe_before_its_timeout() -> None:
+    async with Served(holding(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 200_000)) as port:
+        started = asyncio.get_running_loop().time()
+        outcome = await http_probe(
+            open_stream, f"http://127.0.0.1:{port}/", request_headers([], UA), 30
+        )
+        took = asyncio.get_running_loop().time() - started
+    assert outcome.outcome is Outcome.FAILURE
+    assert "a line longer than 65536 bytes" in outcome.output
+    assert took < 10
+
+
+async def test_a_chunk_claiming_a_gigabyte_is_read_only_as_far_as_the_body_is_kept() -> None:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n"
+    async with Served(holding(head + b"z" * 20_000)) as port:
+        outcome = await http_probe(
+            open_stream, f"http://127.0.0.1:{port}/", request_headers([], UA), 30
+        )
+    assert outcome == ProbeOutcome(Outcome.SUCCESS, "z" * 10240)
