@@ -427,7 +427,10 @@ async def test_websocket_exec_straight_to_the_node(
 
         await until("the pod running", running, within=60, every=0.5, explain=node.log_tail)
         query = "command=sh&command=-c&command=echo+ws-hello%3B+exit+4&output=1&error=1"
-        channels = await websocket_exec(port, control_plane, f"/exec/{ns}/{POD}/web?{query}")
+        try:
+            channels = await websocket_exec(port, control_plane, f"/exec/{ns}/{POD}/web?{query}")
+        except aiohttp.ClientConnectorError as e:  # seen once in CI: say what the agent said
+            raise AssertionError(f"{e}\n--- the agent's log ---\n{node.log_tail(4000)}") from e
         assert channels.get(1) == b"ws-hello\n"
         status = json.loads(channels[3])
         assert status["status"] == "Failure"
