@@ -26,6 +26,7 @@ from nodeagent.kuberuntime import types as cri
 from nodeagent.kuberuntime.errors import CriError
 from nodeagent.kuberuntime.service import ImageService
 from nodeagent.log import Logger, get_logger
+from nodeagent.tasks import cancel_and_wait
 
 PROGRESS_EVERY: Final = 10.0
 QPS_EXCEEDED: Final = "pull QPS exceeded"
@@ -106,9 +107,7 @@ class ImagePuller:
             try:
                 ref, used = await self._pull(spec, credentials, sandbox_config)
             finally:
-                progress.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await progress
+                await cancel_and_wait(progress)
             return Pulled(image_ref=ref, credential=used, seconds=self._monotonic() - started)
 
     async def _pull(

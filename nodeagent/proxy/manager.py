@@ -13,7 +13,6 @@ one, ``sync_period`` later or at the next change, whichever comes first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -40,6 +39,7 @@ from nodeagent.proxy.model import ServiceName, ServicePortName, family_of
 from nodeagent.proxy.policy import select
 from nodeagent.proxy.settings import ProxySettings
 from nodeagent.proxy.tracking import ObjectStore, ServiceTracker
+from nodeagent.tasks import cancel_and_wait
 
 
 class ProxyManager:
@@ -130,11 +130,7 @@ class ProxyManager:
         try:
             await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waits:
-                w.cancel()
-            for w in waits:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await w
+            await cancel_and_wait(*waits)
 
     async def sync(self, *, full: bool = False) -> bool:
         """One sync now: full when asked, when due or after a failure, else partial.

@@ -24,7 +24,6 @@ transport as it would under ``TCPSite``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import resource
 import ssl
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from nodeagent.log import Logger, get_logger
+from nodeagent.tasks import cancel_and_wait
 
 IDLE_TIMEOUT: Final = 90.0
 """The kubelet's ``IdleTimeout`` ("matches http.DefaultTransport keep-alive timeout")."""
@@ -214,11 +214,7 @@ class Listener:
         runner's to close)."""
         if self._socket_server is not None:
             self._socket_server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     def spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)

@@ -13,10 +13,11 @@ because its source has not spoken yet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+from nodeagent.tasks import cancel_and_wait
 
 
 class Store(Protocol):
@@ -46,11 +47,7 @@ async def wait_any_moved(stores: Sequence[Store], since: Sequence[str]) -> None:
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for wait in waits:
-            wait.cancel()
-        for wait in waits:
-            with contextlib.suppress(asyncio.CancelledError):
-                await wait
+        await cancel_and_wait(*waits)
 
 
 class PodSources:
