@@ -7,7 +7,9 @@ In: the kubeconfig, or the credentials the certificate manager issues (swapped l
 HTTP/1.1 connection per watch and a keep-alive pool for requests, nothing multiplexed (on one
 HTTP/2 connection a watch event waited up to a minute behind another stream: see
 :mod:`.client`); :class:`WatchCache` list-and-watch caches that managers share by name
-(``cache:node``, ``cache:pods``, ``cache:services``, ``cache:endpointslices``).
+(``cache:node``, ``cache:pods``, ``cache:services``, ``cache:endpointslices``), which come
+back as soon as any call gets an answer after an outage rather than when their back-off ends
+(:mod:`.reachability`).
 """
 
 from nodeagent.apiserver.backoff import Backoff, jittered

@@ -3,7 +3,10 @@
 ``run()`` lists, then watches from the list's resourceVersion with bookmarks, keeping the store
 current. When the server ends a watch it re-watches from the last resourceVersion seen (a
 bookmark's included); on 410 Gone it relists; on any other failure it waits with backoff
-(0.8s doubling to 30s, as client-go's reflector) and tries again, logging each step once.
+(0.8s doubling to 30s, as client-go's reflector) and tries again, logging each step once. The
+wait ends early when the apiserver answers another call after an outage
+(:mod:`.reachability`): the cache then tries again after a random part of a second
+(``RECONNECT_SPREAD_S``), so the caches do not all come back at once.
 Readers call :meth:`get` / :meth:`items` (cheap, synchronous) or await :meth:`wait_for`.
 """
 
@@ -19,9 +22,11 @@ from nodeagent.apiserver.errors import ApiError, Forbidden, Gone
 from nodeagent.apiserver.interface import Api, WatchEvent
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
+from nodeagent.tasks import cancel_and_wait
 
 Key = tuple[str, str]
 MIN_WATCH_TIMEOUT = 300
+RECONNECT_SPREAD_S = 1.0
 
 
 def _key(obj: Obj) -> Key:
@@ -99,7 +104,7 @@ class WatchCache:
                     retry_in_s=delay,
                     **({"fix": hint} if hint else {}),
                 )
-                await asyncio.sleep(delay)
+                await self._pause(delay)
 
     async def _list(self) -> None:
         result = await self._api.list(
@@ -137,7 +142,19 @@ class WatchCache:
             except ApiError as e:
                 delay = self._backoff.next()
                 self._log.warning("Watch failed; will retry", error=str(e), retry_in_s=delay)
-                await asyncio.sleep(delay)
+                await self._pause(delay)
+
+    async def _pause(self, delay: float) -> None:
+        """Sleep out the back-off, or until the apiserver answers another call after an
+        outage; then a random part of ``RECONNECT_SPREAD_S`` more."""
+        back = asyncio.ensure_future(self._api.answered_again())
+        try:
+            done, _ = await asyncio.wait({back}, timeout=delay)
+        finally:
+            await cancel_and_wait(back)
+        if done:
+            self._log.v(2).info("The apiserver answers again; retrying now")
+            await asyncio.sleep(min(delay, RECONNECT_SPREAD_S) * self._rand())
 
     def _apply(self, event: WatchEvent) -> None:
         rv = event.resource_version

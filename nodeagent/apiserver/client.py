@@ -34,6 +34,7 @@ from nodeagent.apiserver import errors
 from nodeagent.apiserver.interface import ObjectList, WatchEvent
 from nodeagent.apiserver.kubeconfig import Endpoint
 from nodeagent.apiserver.patch import PatchType
+from nodeagent.apiserver.reachability import Reachability
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 
@@ -97,6 +98,7 @@ class ApiClient:
         self._idle_retired: list[_Session] = []
         self._last_reset = -math.inf
         self._ready = asyncio.Event()
+        self._reach = Reachability()
         if endpoint is not None:
             self.set_endpoint(endpoint)
 
@@ -224,9 +226,12 @@ class ApiClient:
                         extensions=_sni(session.endpoint),
                     )
             except TimeoutError as e:
+                self._reach.failed()
                 raise errors.Timeout(f"no answer within {deadline:g}s", verb=verb, path=path) from e
             except httpx.HTTPError as e:
+                self._reach.failed()
                 raise _transport_error(e, verb, path) from e
+        self._saw(resp.status_code)
         if resp.status_code >= 400:
             raise _status_error(resp, verb, path)
         if not resp.content:
@@ -365,6 +370,7 @@ class ApiClient:
                     timeout=http_timeout,
                     extensions=_sni(session.endpoint),
                 ) as resp:
+                    self._saw(resp.status_code)
                     if resp.status_code >= 400:
                         await resp.aread()
                         raise _status_error(resp, "WATCH", path)
@@ -372,7 +378,17 @@ class ApiClient:
                         if line.strip():
                             yield _watch_event(line, res, path)
             except httpx.HTTPError as e:
+                self._reach.failed()
                 raise _transport_error(e, "WATCH", path) from e
+
+    async def answered_again(self) -> None:
+        await self._reach.answered_again()
+
+    def _saw(self, status: int) -> None:
+        if status >= 500 or status == 429:
+            self._reach.failed()
+        else:
+            self._reach.answered()
 
 
 def _sni(endpoint: Endpoint) -> dict[str, Any]:

@@ -101,3 +101,8 @@ class Api(Protocol):
         label_selector: str | None = None,
         timeout_seconds: int = 300,
     ) -> AsyncGenerator[WatchEvent, None]: ...
+
+    async def answered_again(self) -> None:
+        """Return once the server answers a call after calls failed to reach it (the next such
+        change; it may never come)."""
+        ...

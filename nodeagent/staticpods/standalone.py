@@ -9,6 +9,7 @@ for a mirror pod that a standalone node never creates.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from typing import Final, NoReturn
 
@@ -105,3 +106,6 @@ class NoApiServer:
         for event in events:  # an async generator, as the protocol's watch is
             yield event
         _refuse("WATCH", res)
+
+    async def answered_again(self) -> None:
+        await asyncio.Event().wait()  # there is no server to answer, ever

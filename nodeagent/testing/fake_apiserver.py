@@ -41,6 +41,7 @@ from nodeagent.apiserver.patch import (
     apply_merge_patch,
     apply_strategic_patch,
 )
+from nodeagent.apiserver.reachability import Reachability
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.clock import Clock
 from nodeagent.gotext import rfc3339
@@ -95,11 +96,17 @@ class _Watcher:
     queue: asyncio.Queue[WatchEvent | None]
 
 
+# Outcomes that say the server could not be reached or could not answer (as the real client
+# marks them: a transport failure, a timeout, a 5xx, a 429).
+AWAY: Final = (errors.TransportError, errors.Timeout, errors.ServerError, errors.TooManyRequests)
+
+
 class FakeApiServer:
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock = clock or LoopClock()
         self.calls: list[Call] = []
         self.down = False
+        self._reach = Reachability()
         self._objects: dict[tuple[str, str, str], Obj] = {}
         self._rv = itertools.count(1)
         self._last_rv = 0
@@ -355,7 +362,11 @@ class FakeApiServer:
         finally:
             self._watchers.remove(watcher)
         if self.down:
+            self._reach.failed()
             raise errors.TransportError("connection reset", verb="WATCH", path=res.plural)
+
+    async def answered_again(self) -> None:
+        await self._reach.answered_again()
 
     # --- internals -----------------------------------------------------------------------
 
@@ -368,11 +379,16 @@ class FakeApiServer:
 
     async def _serve(self, call: Call, normal: Callable[[], Obj]) -> Obj:
         if self.down:
+            self._reach.failed()
             raise errors.TransportError("connection refused", verb=call.verb, path=call.resource)
         outcome = self._next_outcome(call.verb, call.resource)
         while isinstance(outcome, Delay):
             await asyncio.sleep(outcome.seconds)
             outcome = outcome.then
+        if isinstance(outcome, AWAY):
+            self._reach.failed()
+        else:
+            self._reach.answered()
         if isinstance(outcome, errors.ApiError):
             raise outcome
         if outcome is PASS:

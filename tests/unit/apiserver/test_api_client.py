@@ -23,6 +23,7 @@ from nodeagent.apiserver import (
     ApiClient,
     Endpoint,
     Gone,
+    NotFound,
     PatchType,
     ServerError,
     Timeout,
@@ -372,3 +373,33 @@ async def test_a_server_signed_by_another_ca_is_refused(
             await api.get(NODES, "n1")
         await api.aclose()
     assert seen == []
+
+
+async def test_an_answer_after_failures_wakes_who_waits_for_the_apiserver() -> None:
+    answers = ["refuse", 503, 429, 404, 200]
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        answer = answers.pop(0)
+        if answer == "refuse":
+            raise httpx.ConnectError("connection refused", request=req)
+        assert isinstance(answer, int)
+        body = status(answer, "x", "x") if answer >= 400 else {"metadata": {"name": "n"}}
+        return httpx.Response(answer, json=body)
+
+    api = client(handler)
+    back = asyncio.ensure_future(api.answered_again())
+    for expected in (TransportError, ServerError, TooManyRequests):
+        with pytest.raises(expected):
+            await api.get(NODES, "n")
+        await asyncio.sleep(0)
+        assert not back.done()  # refused, 503 and 429 are no answer
+    with pytest.raises(NotFound):
+        await api.get(NODES, "n")  # a 404 is an answer
+    await asyncio.wait_for(back, 1)
+
+    later = asyncio.ensure_future(api.answered_again())
+    await api.get(NODES, "n")  # answered while nothing failed: no change to wake anyone for
+    await asyncio.sleep(0)
+    assert not later.done()
+    later.cancel()
+    await api.aclose()

@@ -1,0 +1,43 @@
+"""Whether the apiserver answers: a failed call marks it away, the next answer wakes waiters.
+
+A watch cache that lost the apiserver sleeps out its back-off (0.8 s doubling to 30 s, as
+client-go's reflector) before it tries again, so after an outage of a minute or two the node saw
+changes up to 30 s after the apiserver was back (a 68 s apiserver stop in the soak: every watch
+came back 15 s after the apiserver did). Calls that retry sooner (the Lease's, every 7 s at most;
+pod and node status) see the apiserver first: their answer ends the caches' sleep.
+
+"Away" is a transport failure, a timeout, a 5xx or a 429; an answer is any other status (a 404
+is an answer). :meth:`Reachability.answered_again` waits for the next away -> answered change
+only: a cache whose call failed while others still got answers sleeps out its back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Reachability:
+    def __init__(self) -> None:
+        self._away = False
+        self._back: asyncio.Event | None = None
+
+    @property
+    def away(self) -> bool:
+        return self._away
+
+    def failed(self) -> None:
+        self._away = True
+
+    def answered(self) -> None:
+        if not self._away:
+            return
+        self._away = False
+        back, self._back = self._back, None
+        if back is not None:
+            back.set()
+
+    async def answered_again(self) -> None:
+        """Return once the apiserver answers after being away (the next such change)."""
+        if self._back is None:
+            self._back = asyncio.Event()
+        await self._back.wait()
