@@ -42,10 +42,24 @@ class FaultRecord:
     end: float
     converged_at: float | None = None
     unconverged: list[str] = field(default_factory=list)
+    waited_for: list[str] = field(default_factory=list)
+    """What was still unconverged at the last observation before convergence (empty when the
+    first one after the fault was converged): what the recovery time was spent waiting for."""
     served_again: float | None = None
     """After a control-plane fault: the first observation the apiserver answered in full (pods,
     Leases, Services). Its readyz passes before every resource's etcd client is back: after
     an etcd restart Lease reads still timed out for 20 s (seed 21)."""
+
+    def recovery(self, bound: float | None = None) -> str:
+        """The seconds from the fault's end to convergence and what the last of them waited
+        for, or what was left unconverged when it never came."""
+        if self.converged_at is None:
+            within = f" in {bound:.0f}s" if bound is not None else ""
+            return f"not{within}: {self.unconverged[:4]}"
+        took = f"{self.converged_at - self.end:.1f}s"
+        if self.waited_for:
+            took += f", last waiting for: {'; '.join(self.waited_for[:4])}"
+        return took
 
     def window(self) -> inv.Window:
         """The outage as the cluster saw it: to the fault's end, or to when the apiserver
@@ -217,15 +231,21 @@ class Soak:
         soak = [p for p in items if p.namespace == NAMESPACE]
         return inv.unconverged(time.time(), nodes, work, soak)
 
-    def wait_converged(self, since: float, bound: float) -> tuple[float | None, list[str]]:
+    def wait_converged(
+        self, since: float, bound: float
+    ) -> tuple[float | None, list[str], list[str]]:
+        """When everything converged after ``since`` (None: not within the bound), what was
+        unconverged at the last look, and what the last look before convergence waited for."""
         last: list[str] = []
+        waited: list[str] = []
         while time.time() - since <= bound + 30:
             self.observe()
             last = self.unconverged() or []
             if not last:
-                return time.time(), []
+                return time.time(), [], waited
+            waited = last
             time.sleep(2)
-        return None, last
+        return None, last, waited
 
     def check_leaks(self, *, quiet_since: float) -> None:
         now = time.time()
@@ -291,13 +311,10 @@ class Soak:
                 self.workload.apply(what)
         assert record is not None
         bound = inv.converge_bound(fault.kind)
-        record.converged_at, record.unconverged = self.wait_converged(record.end, bound)
-        took = (
-            f"{record.converged_at - record.end:.1f}s"
-            if record.converged_at
-            else f"not in {bound:.0f}s: {record.unconverged[:4]}"
+        record.converged_at, record.unconverged, record.waited_for = self.wait_converged(
+            record.end, bound
         )
-        self.log(f"converged after {fault.kind}: {took}")
+        self.log(f"converged after {fault.kind}: {record.recovery(bound)}")
         if record.converged_at is None:  # what the checker saw of the pods, for the diagnosis
             for pod in sorted(self.live.values(), key=lambda p: p.key):
                 if not pod.ready:

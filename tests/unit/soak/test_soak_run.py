@@ -19,3 +19,13 @@ def test_an_outage_lasts_until_the_apiserver_answers_again() -> None:
         "node-1", [95.0, 173.0], [FaultRecord(2, "etcd-stop", None, 100.0, 142.5).window()]
     )
     assert [v.invariant for v in bad] == ["lease-gap"]
+
+
+def test_the_recovery_line_says_what_its_last_seconds_waited_for() -> None:
+    record = FaultRecord(3, "cut-off", "node-3", start=100.0, end=166.8)
+    record.converged_at, record.waited_for = 185.6, ["node node-3 not Ready"]
+    assert record.recovery(60) == "18.8s, last waiting for: node node-3 not Ready"
+    record.waited_for = []  # the first look after the fault found everything at its spec
+    assert record.recovery(60) == "18.8s"
+    record.converged_at, record.unconverged = None, ["pod soak/web-1 Pending, ready=False"]
+    assert record.recovery(60) == "not in 60s: ['pod soak/web-1 Pending, ready=False']"
