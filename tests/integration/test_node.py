@@ -376,11 +376,11 @@ async def test_an_idle_node_keeps_its_connections_open_one_per_watch_plus_reques
 def private_plane(control_plane_binaries: Any, tmp_path: Path) -> Any:
     """A control plane of its own: stopping its apiserver for two minutes makes its scheduler
     and controller-manager lose leader election and exit, which must not hit other tests."""
-    import tempfile
+    from harness.controlplane import new_run_dir, start_control_plane
 
-    from harness.controlplane import start_control_plane
-
-    root = Path(tempfile.mkdtemp(prefix="nodeagent-cp-outage-"))
+    # stamped with this pid: a run killed before plane.stop() leaves it for the next run's sweep
+    # (a bare mkdtemp one was left in /tmp from 00:58 on 2026-11-29)
+    root = new_run_dir()
     plane = start_control_plane(
         binaries=control_plane_binaries, root=root, log_dir=tmp_path / "control-plane-logs"
     )
