@@ -445,12 +445,15 @@ def lease_gaps(
     interval: float = LEASE_INTERVAL,
     slack: float = LEASE_SLACK,
     request_timeout: float = LEASE_REQUEST_TIMEOUT,
+    looked: Sequence[float] = (),
 ) -> tuple[list[Violation], list[float]]:
     """Gaps between consecutive distinct renewTimes longer than the renew interval plus slack,
     or, where an outage of this node (or the cluster) overlaps the gap, longer than the
     outage plus the interval, one request timeout (a renewal sent during the outage waits it
     out after it, on the kubelet as on nodeagent) and slack. Also returns every gap (for the
-    report)."""
+    report). ``looked``: when the checker read the Leases; a violation says how long it did not
+    look within the gap (the checker keeps only the latest renewTime it reads, so a pause of its
+    own longer than an interval can hide a renewal)."""
     times = sorted(set(renewals))
     out, gaps = [], []
     for a, b in itertools.pairwise(times):
@@ -461,15 +464,26 @@ def lease_gaps(
         allowed = interval + slack + (outage + request_timeout if overlapping else 0.0)
         if gap > allowed:
             cause = ", ".join(sorted({w.kind for w in overlapping})) or "no fault"
+            blind = _longest_pause(looked, a, b)
+            unseen = f"; the checker did not look for {blind:.1f}s of it" if blind > 0 else ""
             out.append(
                 Violation(
                     b,
                     "lease-gap",
                     node,
-                    f"{gap:.1f}s without a renewal (allowed {allowed:.1f}s; {cause})",
+                    f"{gap:.1f}s without a renewal (allowed {allowed:.1f}s; {cause}){unseen}",
                 )
             )
     return out, gaps
+
+
+def _longest_pause(looked: Sequence[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] between two reads of the Leases (0 without reads)."""
+    if not looked:
+        return 0.0
+    inside = [t for t in sorted(looked) if start < t < end]
+    edges = [start, *inside, end]
+    return max(b - a for a, b in itertools.pairwise(edges))
 
 
 # --- the agent's RSS has no upward slope ----------------------------------------------------------

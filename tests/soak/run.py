@@ -85,6 +85,7 @@ class Soak:
     live: dict[str, inv.ApiPod] = field(default_factory=dict)
     deleted: dict[str, inv.DeletedPod] = field(default_factory=dict)
     renewals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    leases_read: list[float] = field(default_factory=list)  # when the Leases were read
     usage: dict[str, list[tuple[float, int, int, float]]] = field(
         default_factory=lambda: defaultdict(list)
     )  # "node-1/agent" -> (time, pid, rss, cpu seconds)
@@ -163,6 +164,7 @@ class Soak:
                 if self.readiness[pod.name] and self.readiness[pod.name][-1][1]:
                     self.readiness[pod.name].append((now, False))
         self.live = seen
+        self.leases_read.append(now)
         for name, at in renewals.items():
             if not self.renewals[name] or self.renewals[name][-1] != at:
                 self.renewals[name].append(at)
@@ -397,7 +399,7 @@ class Soak:
         self.violate(inv.orphans(now, arts, live))
         windows = [f.window() for f in self.faults]
         for node in self.nodes:
-            bad, _ = inv.lease_gaps(node, self.renewals[node], windows)
+            bad, _ = inv.lease_gaps(node, self.renewals[node], windows, looked=self.leases_read)
             self.violate(bad)
             samples = [inv.RssSample(t, pid, rss) for t, pid, rss, _ in self.usage[f"{node}/agent"]]
             self.violate(inv.rss_growth(node, now, samples))

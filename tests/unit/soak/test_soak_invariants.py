@@ -232,3 +232,18 @@ def test_traffic_just_after_the_control_plane_returned_is_not_the_nodes() -> Non
     assert len(inv.traffic_to_unready(hits, readiness, [earlier])) == 2
     on_the_node = Window("agent-kill", 149.8, 209.0, "node-1")
     assert len(inv.traffic_to_unready(hits, readiness, [on_the_node])) == 2
+
+
+def test_a_lease_gap_says_how_long_the_checker_did_not_look_within_it() -> None:
+    renewals = [100.0, 110.0, 130.2, 140.0]
+    looked = [101.0, 103.0, 111.0, 113.0, 131.0]  # nothing read from 113 to the renewal at 130.2
+
+    bad, _ = inv.lease_gaps("node-2", renewals, [], looked=looked)
+
+    [gap] = bad
+    assert gap.detail == (
+        "20.2s without a renewal (allowed 15.0s; no fault); "
+        "the checker did not look for 17.2s of it"
+    )
+    bad, _ = inv.lease_gaps("node-2", renewals, [])  # no reads recorded: said as before
+    assert [v.detail for v in bad] == ["20.2s without a renewal (allowed 15.0s; no fault)"]
