@@ -226,14 +226,13 @@ class ApiClient:
                         extensions=_sni(session.endpoint),
                     )
             except TimeoutError as e:
-                self._reach.failed()
-                raise errors.Timeout(f"no answer within {deadline:g}s", verb=verb, path=path) from e
+                timeout = errors.Timeout(f"no answer within {deadline:g}s", verb=verb, path=path)
+                raise self._noted(timeout) from e
             except httpx.HTTPError as e:
-                self._reach.failed()
-                raise _transport_error(e, verb, path) from e
-        self._saw(resp.status_code)
+                raise self._noted(_transport_error(e, verb, path)) from e
         if resp.status_code >= 400:
-            raise _status_error(resp, verb, path)
+            raise self._noted(_status_error(resp, verb, path))
+        self._reach.saw(None)
         if not resp.content:
             return {}
         decoded: Obj = msgspec.json.decode(resp.content)
@@ -370,25 +369,22 @@ class ApiClient:
                     timeout=http_timeout,
                     extensions=_sni(session.endpoint),
                 ) as resp:
-                    self._saw(resp.status_code)
                     if resp.status_code >= 400:
                         await resp.aread()
-                        raise _status_error(resp, "WATCH", path)
+                        raise self._noted(_status_error(resp, "WATCH", path))
+                    self._reach.saw(None)
                     async for line in resp.aiter_lines():
                         if line.strip():
                             yield _watch_event(line, res, path)
             except httpx.HTTPError as e:
-                self._reach.failed()
-                raise _transport_error(e, "WATCH", path) from e
+                raise self._noted(_transport_error(e, "WATCH", path)) from e
 
     async def answered_again(self) -> None:
         await self._reach.answered_again()
 
-    def _saw(self, status: int) -> None:
-        if status >= 500 or status == 429:
-            self._reach.failed()
-        else:
-            self._reach.answered()
+    def _noted(self, error: errors.ApiError) -> errors.ApiError:
+        self._reach.saw(error)
+        return error
 
 
 def _sni(endpoint: Endpoint) -> dict[str, Any]:

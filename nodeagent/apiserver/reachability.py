@@ -6,14 +6,17 @@ changes up to 30 s after the apiserver was back (a 68 s apiserver stop in the so
 came back 15 s after the apiserver did). Calls that retry sooner (the Lease's, every 7 s at most;
 pod and node status) see the apiserver first: their answer ends the caches' sleep.
 
-"Away" is a transport failure, a timeout, a 5xx or a 429; an answer is any other status (a 404
-is an answer). :meth:`Reachability.answered_again` waits for the next away -> answered change
-only: a cache whose call failed while others still got answers sleeps out its back-off.
+"Away" is a call that ended in an error worth retrying unchanged (:func:`.errors.retryable`: a
+transport failure, a timeout, a 5xx, a 429); any other outcome is an answer (a 404 is one).
+:meth:`Reachability.answered_again` waits for the next away -> answered change only: a cache
+whose call failed while others still got answers sleeps out its back-off.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+from nodeagent.apiserver.errors import ApiError, retryable
 
 
 class Reachability:
@@ -21,14 +24,11 @@ class Reachability:
         self._away = False
         self._back: asyncio.Event | None = None
 
-    @property
-    def away(self) -> bool:
-        return self._away
-
-    def failed(self) -> None:
-        self._away = True
-
-    def answered(self) -> None:
+    def saw(self, error: ApiError | None) -> None:
+        """Note a call's outcome: ``error`` it ended with, or None when it succeeded."""
+        if error is not None and retryable(error):
+            self._away = True
+            return
         if not self._away:
             return
         self._away = False

@@ -96,11 +96,6 @@ class _Watcher:
     queue: asyncio.Queue[WatchEvent | None]
 
 
-# Outcomes that say the server could not be reached or could not answer (as the real client
-# marks them: a transport failure, a timeout, a 5xx, a 429).
-AWAY: Final = (errors.TransportError, errors.Timeout, errors.ServerError, errors.TooManyRequests)
-
-
 class FakeApiServer:
     def __init__(self, *, clock: Clock | None = None) -> None:
         self.clock = clock or LoopClock()
@@ -362,8 +357,9 @@ class FakeApiServer:
         finally:
             self._watchers.remove(watcher)
         if self.down:
-            self._reach.failed()
-            raise errors.TransportError("connection reset", verb="WATCH", path=res.plural)
+            reset = errors.TransportError("connection reset", verb="WATCH", path=res.plural)
+            self._reach.saw(reset)
+            raise reset
 
     async def answered_again(self) -> None:
         await self._reach.answered_again()
@@ -379,16 +375,16 @@ class FakeApiServer:
 
     async def _serve(self, call: Call, normal: Callable[[], Obj]) -> Obj:
         if self.down:
-            self._reach.failed()
-            raise errors.TransportError("connection refused", verb=call.verb, path=call.resource)
+            refused = errors.TransportError(
+                "connection refused", verb=call.verb, path=call.resource
+            )
+            self._reach.saw(refused)
+            raise refused
         outcome = self._next_outcome(call.verb, call.resource)
         while isinstance(outcome, Delay):
             await asyncio.sleep(outcome.seconds)
             outcome = outcome.then
-        if isinstance(outcome, AWAY):
-            self._reach.failed()
-        else:
-            self._reach.answered()
+        self._reach.saw(outcome if isinstance(outcome, errors.ApiError) else None)
         if isinstance(outcome, errors.ApiError):
             raise outcome
         if outcome is PASS:
