@@ -48,7 +48,9 @@ def dpkg_status(vm: Machine) -> str:
     return out.strip() if rc == 0 else "un"
 
 
-def test_remove_stops_the_service_and_keeps_the_configuration(agent: Machine) -> None:
+def test_remove_keeps_the_configuration_and_a_reinstall_runs_again_with_it(
+    agent: Machine, nodeagent_deb: Path
+) -> None:
     agent.check(f"echo '{ADMIN_EDIT}' >> /etc/nodeagent/config.yaml")
     pid = main_pid(agent)
 
@@ -65,13 +67,6 @@ def test_remove_stops_the_service_and_keeps_the_configuration(agent: Machine) ->
     assert exists(agent, "/etc/default/nodeagent")
     assert exists(agent, "/var/lib/nodeagent")
 
-
-def test_reinstall_after_remove_runs_again_with_the_admins_configuration(
-    agent: Machine, nodeagent_deb: Path
-) -> None:
-    agent.check(f"echo '{ADMIN_EDIT}' >> /etc/nodeagent/config.yaml")
-    agent.check("apt-get remove -y nodeagent", timeout=APT_TIMEOUT)
-
     provision(agent, nodeagent_deb)
 
     assert installed_version(agent) == deb_version(nodeagent_deb)
@@ -80,7 +75,10 @@ def test_reinstall_after_remove_runs_again_with_the_admins_configuration(
     assert ADMIN_EDIT in agent.check("cat /etc/nodeagent/config.yaml")
 
 
-def test_purge_removes_configuration_and_state(agent: Machine) -> None:
+def test_purge_removes_configuration_and_state_and_a_reinstall_starts_from_the_defaults(
+    agent: Machine, nodeagent_deb: Path
+) -> None:
+    agent.check(f"echo '{ADMIN_EDIT}' >> /etc/nodeagent/config.yaml")
     pid = main_pid(agent)
 
     out = agent.check("apt-get purge -y nodeagent", timeout=APT_TIMEOUT)
@@ -99,6 +97,12 @@ def test_purge_removes_configuration_and_state(agent: Machine) -> None:
         assert not exists(agent, path), f"{path} survived the purge"
     assert "Left in place" in out and "nft delete table ip nodeagent" in out, out
 
+    provision(agent, nodeagent_deb)
+
+    assert is_active(agent)
+    assert ADMIN_EDIT not in agent.check("cat /etc/nodeagent/config.yaml")
+    assert agent.check("stat -c %a /var/lib/nodeagent").strip() == "700"
+
 
 def test_the_installed_agent_writes_no_bytecode_when_it_runs(agent: Machine) -> None:
     agent.check("touch /run/nodeagent-test-marker")
@@ -112,19 +116,6 @@ def test_the_installed_agent_writes_no_bytecode_when_it_runs(agent: Machine) -> 
     # Every module compiled by postinst (the package has 947 modules today; the count was a
     # fixed 1000 before, which a smaller dependency set fell under).
     assert py > 500 and pyc >= py, f"postinst compiled {pyc} of {py} modules"
-
-
-def test_reinstall_after_purge_starts_from_the_packaged_defaults(
-    agent: Machine, nodeagent_deb: Path
-) -> None:
-    agent.check(f"echo '{ADMIN_EDIT}' >> /etc/nodeagent/config.yaml")
-    agent.check("apt-get purge -y nodeagent", timeout=APT_TIMEOUT)
-
-    provision(agent, nodeagent_deb)
-
-    assert is_active(agent)
-    assert ADMIN_EDIT not in agent.check("cat /etc/nodeagent/config.yaml")
-    assert agent.check("stat -c %a /var/lib/nodeagent").strip() == "700"
 
 
 def test_upgrade_from_the_previous_build_restarts_the_service(
@@ -307,14 +298,17 @@ def _heartbeat(control_plane: ControlPlane, node: str) -> str:
 
 
 @pytest.mark.timeout(POD_TEST_TIMEOUT_S)
-def test_remove_with_running_pods_stops_only_the_agent(
+def test_remove_stops_only_the_agent_and_a_purge_deletes_its_state_and_names_what_is_left(
     vm: Machine, control_plane: ControlPlane, nodeagent_deb: Path, pods_cleaned: None
 ) -> None:
-    _joined_with(vm, nodeagent_deb, control_plane)
+    # The node as the upgrade test leaves it (joined with the .deb under test) is the one an
+    # operator removes: joining it again would cost an install and a join under TCG.
+    join_node(vm, nodeagent_deb, control_plane)
     word = secrets.token_hex(4)
     (pod,) = _running_pods(control_plane, [f"stay-{word}"], word)
     tasks = _running_tasks(vm)
     pid = main_pid(vm)
+    had_table = vm.run("nft list table ip nodeagent").rc == 0
 
     vm.check("apt-get remove -y nodeagent", timeout=APT_TIMEOUT)
 
@@ -325,17 +319,8 @@ def test_remove_with_running_pods_stops_only_the_agent(
     assert exists(vm, "/var/lib/nodeagent/pki") or exists(vm, "/var/lib/nodeagent/pods")
     assert exists(vm, "/etc/nodeagent/kubeconfig")
 
-
-@pytest.mark.timeout(POD_TEST_TIMEOUT_S)
-def test_purge_with_running_pods_deletes_the_agents_state_and_names_what_is_left(
-    vm: Machine, control_plane: ControlPlane, nodeagent_deb: Path, pods_cleaned: None
-) -> None:
-    _joined_with(vm, nodeagent_deb, control_plane)
-    word = secrets.token_hex(4)
-    _running_pods(control_plane, [f"left-{word}"], word)
-    tasks = _running_tasks(vm)
-    had_table = vm.run("nft list table ip nodeagent").rc == 0
-
+    # The purge of the removed package (what `apt-get purge` of an installed one does after
+    # its remove step): the agent's state goes, the pods' containers stay and are named.
     out = vm.check("apt-get purge -y nodeagent", timeout=APT_TIMEOUT)
 
     assert not exists(vm, "/var/lib/nodeagent")
