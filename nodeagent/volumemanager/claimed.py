@@ -7,14 +7,22 @@ local (``persistent.py``) or a CSI driver (``csi/``, through the :class:`CsiVolu
 ``fsGroup`` is applied once when the plugin asks for it (``ownership.py``). A volume already
 set up for the pod is not resolved again: the kubelet's populator, too, processes a pod's
 claims once.
+
+A PV whose only access mode is ``ReadWriteOncePod`` is set up for one pod of the node at a
+time, as the kubelet enforces it at mount time (the scheduler does too, but a pod created with
+its ``nodeName`` set bypasses it): a second pod gets the kubelet's ``FailedMount`` text until
+the first pod's volumes are torn down. Who uses a PV is noted at each set-up until the pod's
+teardown is done, and read from the pods' CSI and local volume directories too, so an agent
+restarted beside a running pod still sees it (a hostPath PV leaves no such directory).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from nodeagent.apiserver import ApiError
 from nodeagent.csi import CsiError
@@ -24,11 +32,13 @@ from nodeagent.podspec import Pod, Volume
 from nodeagent.quantity import value
 from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
 from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver, claim_name
+from nodeagent.volumemanager.csi.paths import POD_PLUGIN_DIR
 from nodeagent.volumemanager.expansion import finished_patch, node_expansion_size
-from nodeagent.volumemanager.layout import MountedVolume
+from nodeagent.volumemanager.layout import MountedVolume, pods_dir
 from nodeagent.volumemanager.mounter import Mounter
 from nodeagent.volumemanager.ownership import set_volume_ownership
 from nodeagent.volumemanager.persistent import (
+    LOCAL_PLUGIN_DIR,
     CsiHandle,
     SetUpVolume,
     pv_source,
@@ -39,6 +49,28 @@ from nodeagent.volumemanager.source import VolumeSetupError
 
 NODE_AFFINITY_FAILED = "MountVolume.NodeAffinity check failed"
 RESIZE_CHECK = 10.0
+RWOP_IN_USE = "volume uses the ReadWriteOncePod access mode and is already in use by another pod"
+
+
+def read_write_once_pod(pv: Mapping[str, Any]) -> bool:
+    """The kubelet enforces the mode only when it is the PV's one access mode: with several it
+    cannot tell which one the pod means to use."""
+    return list((pv.get("spec") or {}).get("accessModes") or []) == ["ReadWriteOncePod"]
+
+
+def pods_with_volume_dir(root_dir: str, pv_name: str) -> set[str]:
+    """The pods whose directory holds a CSI or local volume directory named ``pv_name`` (what
+    the kubelet's reconstruction reads after a restart). No link is followed."""
+    try:
+        uids = os.listdir(pods_dir(root_dir))
+    except OSError:
+        return set()
+    return {
+        uid
+        for uid in uids
+        for plugin in (POD_PLUGIN_DIR, LOCAL_PLUGIN_DIR)
+        if os.path.lexists(pods_dir(root_dir) / uid / "volumes" / plugin / pv_name)
+    }
 
 
 class CsiVolumes(Protocol):
@@ -95,6 +127,31 @@ class ClaimedVolumes:
         self._records: dict[str, dict[str, ClaimedVolume]] = {}
         self._checked: dict[tuple[str, str], float] = {}
         self._republished: dict[tuple[str, str, str], float] = {}
+        self._users: dict[str, set[str]] = {}
+        """PV name -> the pods it is set up for, until each pod's teardown is done."""
+
+    def release(self, uid: str) -> None:
+        """The pod's volumes are torn down: it no longer uses any PV."""
+        for users in self._users.values():
+            users.discard(uid)
+        self._users = {pv: users for pv, users in self._users.items() if users}
+
+    async def _note_user(self, pod: Pod, bound: BoundVolume) -> bool:
+        """Note the pod as a user of the PV; True if it was not one yet. A ``ReadWriteOncePod``
+        PV that another pod uses raises the kubelet's error. The note is taken before any
+        await, so two pods set up at once cannot both pass."""
+        users = self._users.setdefault(bound.pv_name, set())
+        first = pod.uid not in users
+        single = read_write_once_pod(bound.pv)
+        if single and users - {pod.uid}:
+            raise VolumeSetupError(RWOP_IN_USE, spec_name=bound.pv_name)
+        users.add(pod.uid)
+        if single and first:
+            on_disk = await asyncio.to_thread(pods_with_volume_dir, self._root, bound.pv_name)
+            if on_disk - {pod.uid}:
+                users.discard(pod.uid)
+                raise VolumeSetupError(RWOP_IN_USE, spec_name=bound.pv_name)
+        return first
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
@@ -188,19 +245,13 @@ class ClaimedVolumes:
             raise VolumeSetupError(
                 str(e), operation=NODE_AFFINITY_FAILED, spec_name=bound.pv_name
             ) from e
-        if pv_source(bound) == "csi" and self._csi is not None and bound.volume_mode != "Block":
-            set_up = await self._csi.set_up_persistent(pod, volume, bound)
-        else:
-            reason = unsupported(bound)
-            if reason is not None:
-                raise VolumeSetupError(reason, spec_name=bound.pv_name)
-            try:
-                set_up = await set_up_in_tree(
-                    bound, root_dir=self._root, uid=pod.uid, mounter=self._mounter, mounts=mounts
-                )
-            except VolumeSetupError as e:
-                e.spec_name = bound.pv_name
-                raise
+        first = await self._note_user(pod, bound)
+        try:
+            set_up = await self._set_up_pv(pod, volume, bound, mounts)
+        except BaseException:
+            if first:
+                self._users[bound.pv_name].discard(pod.uid)
+            raise
         if set_up.own:
             await self._own(pod, set_up, bound.pv_name)
         self._record(pod, volume, claim_name(pod, volume), set_up)
@@ -215,6 +266,22 @@ class ClaimedVolumes:
         mounted = MountedVolume(set_up.path, set_up.read_only)
         done[volume.name] = mounted
         return mounted
+
+    async def _set_up_pv(
+        self, pod: Pod, volume: Volume, bound: BoundVolume, mounts: list[str]
+    ) -> SetUpVolume:
+        if pv_source(bound) == "csi" and self._csi is not None and bound.volume_mode != "Block":
+            return await self._csi.set_up_persistent(pod, volume, bound)
+        reason = unsupported(bound)
+        if reason is not None:
+            raise VolumeSetupError(reason, spec_name=bound.pv_name)
+        try:
+            return await set_up_in_tree(
+                bound, root_dir=self._root, uid=pod.uid, mounter=self._mounter, mounts=mounts
+            )
+        except VolumeSetupError as e:
+            e.spec_name = bound.pv_name
+            raise
 
     async def _own(self, pod: Pod, set_up: SetUpVolume, pv_name: str) -> None:
         psc = pod.spec.security_context

@@ -501,7 +501,10 @@ class VolumeManager:
             return False
         self._tearing_down.add(uid)
         try:
-            return await self._tear_down(uid, path, keep_pod_dir=keep_pod_dir)
+            done = await self._tear_down(uid, path, keep_pod_dir=keep_pod_dir)
+            if done:
+                self._claims.release(uid)
+            return done
         finally:
             self._tearing_down.discard(uid)
 

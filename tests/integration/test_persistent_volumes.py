@@ -9,6 +9,9 @@ and volumes of its pods).
   1 it reads it again; every bind mount is gone once the pods are.
 - A pod on a ``hostPath`` PV through a read-only claim: it reads the host's file and cannot
   write it.
+- A ``ReadWriteOncePod`` claim in use: a second pod placed on the node by ``nodeName`` (which
+  bypasses the scheduler's check) waits in ``ContainerCreating`` with the kubelet's
+  ``FailedMount`` Event until the first pod is gone, then runs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentproc import AgentNode, agent_node, pods_in, wait_ready
+from agentproc import AgentNode, agent_node, api_get, pods_in, wait_ready
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 from harness.images import BUSYBOX_IMAGE
@@ -305,3 +308,108 @@ async def test_read_only_claim_on_a_host_path_pv(
                 )
                 assert "hello from the host" in logs.read_text()
                 assert not (host / "new").exists()
+
+
+def claim_pod(name: str, namespace: str, claim: str, node: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", f"echo {name} >> /data/log; sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+
+
+def failed_mounts(control_plane: ControlPlane, namespace: str, pod: str) -> list[str]:
+    listed = api_get(control_plane, f"/api/v1/namespaces/{namespace}/events") or {}
+    return [
+        e.get("message", "")
+        for e in listed.get("items", [])
+        if e["involvedObject"]["name"] == pod and e.get("reason") == "FailedMount"
+    ]
+
+
+def phase(control_plane: ControlPlane, namespace: str, name: str) -> str:
+    for p in pods_in(control_plane, namespace):
+        if p["metadata"]["name"] == name:
+            return str((p.get("status") or {}).get("phase", ""))
+    return ""
+
+
+async def test_a_read_write_once_pod_claim_in_use_keeps_a_second_pod_waiting_until_it_is_free(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    with no_mounts_left(tmp_path):
+        async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+            ns = node.namespace
+            pv = local_pv(f"pv-{ns}", disk, node.name, "")
+            pv["spec"]["accessModes"] = ["ReadWriteOncePod"]
+            pv["spec"]["claimRef"] = {"namespace": ns, "name": "data"}
+            pvc = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": ns},
+                "spec": {
+                    "accessModes": ["ReadWriteOncePod"],
+                    "storageClassName": "",
+                    "volumeName": pv["metadata"]["name"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            with cluster_objects(control_plane, pv):
+                node.start()
+                await wait_ready(control_plane, node, status="True", within=90)
+                apply(control_plane, pvc)
+                apply(control_plane, claim_pod("first", ns, "data"))
+                await until(
+                    "first Running",
+                    lambda: phase(control_plane, ns, "first") == "Running",
+                    within=90,
+                    explain=node.log_tail,
+                )
+
+                apply(control_plane, claim_pod("second", ns, "data", node=node.name))
+
+                expected = (
+                    f'MountVolume.SetUp failed for volume "{pv["metadata"]["name"]}" : volume '
+                    "uses the ReadWriteOncePod access mode and is already in use by another pod"
+                )
+                await until(
+                    "the second pod's FailedMount Event",
+                    lambda: expected in failed_mounts(control_plane, ns, "second"),
+                    within=60,
+                    explain=node.log_tail,
+                )
+                assert phase(control_plane, ns, "second") == "Pending"
+                assert (disk / "log").read_text().split() == ["first"]
+
+                control_plane.kubectl("delete", "pod", "first", "-n", ns)
+                await until(
+                    "second Running",
+                    lambda: phase(control_plane, ns, "second") == "Running",
+                    within=120,
+                    explain=node.log_tail,
+                )
+                await until(
+                    "the second pod's line",
+                    lambda: (disk / "log").read_text().split() == ["first", "second"],
+                    within=30,
+                )
+                control_plane.kubectl(
+                    "delete", "pod", "second", "-n", ns, "--grace-period=1", check=False
+                )
+                await until("no pods", lambda: not pods_in(control_plane, ns), within=60, every=0.5)

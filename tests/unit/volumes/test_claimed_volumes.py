@@ -5,6 +5,7 @@ used here (a ``FailedMount`` Event naming the PV)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,81 @@ async def test_a_generic_ephemeral_volume_refuses_a_claim_of_someone_else(
     assert result.failures == {
         "scratch": "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
     }
+
+
+# --- ReadWriteOncePod: one pod of the node at a time ---------------------------------------------
+
+RWOP_EVENT = (
+    'MountVolume.SetUp failed for volume "pv-1" : '
+    "volume uses the ReadWriteOncePod access mode and is already in use by another pod"
+)
+
+
+def second_pod(uid: str = "1c9f-uid") -> Any:
+    return pod(
+        "q",
+        uid=uid,
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        containers=[container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])],
+    )
+
+
+def seed_local_pv(server: FakeApiServer, disk: Path, modes: list[str]) -> None:
+    disk.mkdir(exist_ok=True)
+    seeded = server.seed(PVCS, claim())
+    uid = seeded["metadata"]["uid"]
+    server.seed(PVS, volume(claim_uid=uid, local={"path": str(disk)}, accessModes=modes))
+
+
+async def test_a_read_write_once_pod_pv_in_use_fails_a_second_pod_until_the_first_is_torn_down(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seed_local_pv(server, tmp_path / "disk", ["ReadWriteOncePod"])
+    assert (await manager.set_up(claim_pod())).ready
+
+    refused = await manager.set_up(second_pod())
+
+    assert not refused.ready
+    assert refused.events == {"data": RWOP_EVENT}
+    assert (await manager.set_up(claim_pod())).ready  # the first pod keeps it
+    assert await manager.tear_down(UID)
+    assert (await manager.set_up(second_pod())).ready
+
+
+async def test_a_pv_with_read_write_once_pod_beside_another_mode_is_shared(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seed_local_pv(server, tmp_path / "disk", ["ReadWriteOncePod", "ReadWriteOnce"])
+    assert (await manager.set_up(claim_pod())).ready
+    assert (await manager.set_up(second_pod())).ready
+
+
+async def test_an_agent_restarted_beside_the_pod_using_it_still_refuses_a_second_pod(
+    server: FakeApiServer, mounter: FakeMounter, tmp_path: Path
+) -> None:
+    seed_local_pv(server, tmp_path / "disk", ["ReadWriteOncePod"])
+
+    def agent() -> VolumeManager:
+        return VolumeManager(
+            root_dir=str(tmp_path / "root"),
+            content=FakeContentSource(),
+            mounter=mounter,
+            api=server,
+            node_name=NODE,
+        )
+
+    assert (await agent().set_up(claim_pod())).ready
+
+    refused = await agent().set_up(second_pod())  # a new agent: nothing in memory
+
+    assert refused.events == {"data": RWOP_EVENT}
+
+
+async def test_two_pods_set_up_at_once_do_not_both_get_a_read_write_once_pod_pv(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seed_local_pv(server, tmp_path / "disk", ["ReadWriteOncePod"])
+
+    first, second = await asyncio.gather(manager.set_up(claim_pod()), manager.set_up(second_pod()))
+
+    assert sorted([first.ready, second.ready]) == [False, True]
