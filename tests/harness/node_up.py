@@ -8,6 +8,7 @@ reports a node that is not there; ``stop`` sends SIGTERM (the agent stops in ord
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import socket
@@ -23,6 +24,7 @@ from harness.controlplane import ControlPlane
 from harness.versions import load_versions
 
 REGISTER_TIMEOUT = 60.0
+PACKAGE = Path(__file__).resolve().parents[2] / "nodeagent"
 PROXY_TABLE = "nodeagent"  # nodeagent.proxy.settings.TABLE
 SERVICE_DEVICE = "na-svc0"
 
@@ -99,6 +101,17 @@ def _alive(record: dict[str, Any] | None) -> bool:
     return processes.is_running(record["pid"], binary=record["argv0"])
 
 
+def code_stamp(package: Path = PACKAGE) -> str:
+    """What identifies the agent's code: every module's path, size and mtime. A node started
+    from other code is restarted by the next `make up` (and so by `make conformance`, whose
+    record names the tree's commit)."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        digest.update(f"{path.relative_to(package)} {info.st_size} {info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def ensure(
     record: dict[str, Any] | None,
     *,
@@ -106,9 +119,12 @@ def ensure(
     directory: Path,
     runtime_endpoint: str | None,
 ) -> dict[str, Any]:
+    stamp = code_stamp()
     if record and _alive(record):
-        say(f"nodeagent already running as node {record['name']} (pid {record['pid']})")
-        return record
+        if record.get("code") == stamp:
+            say(f"nodeagent already running as node {record['name']} (pid {record['pid']})")
+            return record
+        say(f"nodeagent (pid {record['pid']}) runs other code than this tree's: restarting it")
     stop(record)
     name = node_name()
     node_dir = directory / "node"
@@ -124,7 +140,13 @@ def ensure(
     proc = processes.start(
         name="nodeagent", argv=argv, log=directory / "logs" / "nodeagent.log", detached=True
     )
-    record = {"name": name, "pid": proc.pid, "argv0": argv[0], "config": str(config)}
+    record = {
+        "name": name,
+        "pid": proc.pid,
+        "argv0": argv[0],
+        "config": str(config),
+        "code": stamp,
+    }
     say(f"nodeagent started as node {name} (pid {proc.pid}, log {proc.log})")
     deadline = time.monotonic() + REGISTER_TIMEOUT
     while True:
