@@ -28,6 +28,9 @@ PersistentVolumes. Out:
   ``plugins/kubernetes.io/csi/<driver>/<sha>/globalmount`` and published on
   ``kubernetes.io~csi/<pv>/mount``; inline ``csi`` volumes published; a claim that is not bound
   keeps the pod waiting with the kubelet's log line (no Event, as the kubelet);
+- a PV whose one access mode is ``ReadWriteOncePod`` set up for one pod of the node at a time:
+  a second pod gets the kubelet's ``FailedMount`` text until the first one's volumes are
+  torn down (``claimed.py``);
 - a volume that cannot be set up (or an unsupported source: image, nfs, a Block-mode PV, ...)
   keeps the pod in ``ContainerCreating`` with a ``FailedMount`` Event (``MountVolume.SetUp
   failed for volume "x" : ...``, the PV's name for a claim), retried after 0.5 s doubling to

@@ -250,7 +250,7 @@ class ClaimedVolumes:
             set_up = await self._set_up_pv(pod, volume, bound, mounts)
         except BaseException:
             if first:
-                self._users[bound.pv_name].discard(pod.uid)
+                self._users.get(bound.pv_name, set()).discard(pod.uid)
             raise
         if set_up.own:
             await self._own(pod, set_up, bound.pv_name)
