@@ -136,6 +136,21 @@ def statefulset(name: str, namespace: str, storage_class: str, replicas: int) ->
     }
 
 
+def bound_claim(namespace: str, pv_name: str, mode: str) -> dict[str, Any]:
+    """The claim ``data`` of ``namespace``, bound to ``pv_name`` by name (no StorageClass)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": namespace},
+        "spec": {
+            "accessModes": [mode],
+            "storageClassName": "",
+            "volumeName": pv_name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+
 def running_uid(control_plane: ControlPlane, namespace: str, name: str) -> str | None:
     for p in pods_in(control_plane, namespace):
         if p["metadata"]["name"] == name and (p.get("status") or {}).get("phase") == "Running":
@@ -247,17 +262,7 @@ async def test_read_only_claim_on_a_host_path_pv(
                     "hostPath": {"path": str(host), "type": "Directory"},
                 },
             }
-            claim = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": node.namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "volumeName": pv["metadata"]["name"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
+            claim = bound_claim(node.namespace, pv["metadata"]["name"], "ReadWriteOnce")
             with cluster_objects(control_plane, pv):
                 node.start()
                 await wait_ready(control_plane, node, status="True", within=90)
@@ -359,17 +364,7 @@ async def test_a_read_write_once_pod_claim_in_use_keeps_a_second_pod_waiting_unt
             pv = local_pv(f"pv-{ns}", disk, node.name, "")
             pv["spec"]["accessModes"] = ["ReadWriteOncePod"]
             pv["spec"]["claimRef"] = {"namespace": ns, "name": "data"}
-            pvc = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": ns},
-                "spec": {
-                    "accessModes": ["ReadWriteOncePod"],
-                    "storageClassName": "",
-                    "volumeName": pv["metadata"]["name"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
+            pvc = bound_claim(ns, pv["metadata"]["name"], "ReadWriteOncePod")
             with cluster_objects(control_plane, pv):
                 node.start()
                 await wait_ready(control_plane, node, status="True", within=90)

@@ -32,8 +32,8 @@ def mounter() -> FakeMounter:
     return FakeMounter()
 
 
-@pytest.fixture
-def manager(tmp_path: Path, mounter: FakeMounter, server: FakeApiServer) -> VolumeManager:
+def new_manager(tmp_path: Path, mounter: FakeMounter, server: FakeApiServer) -> VolumeManager:
+    """An agent's volume manager on ``tmp_path``; a second one is an agent restarted."""
     return VolumeManager(
         root_dir=str(tmp_path / "root"),
         content=FakeContentSource(),
@@ -42,6 +42,11 @@ def manager(tmp_path: Path, mounter: FakeMounter, server: FakeApiServer) -> Volu
         node_name=NODE,
         node_labels=lambda: {"kubernetes.io/hostname": NODE, "zone": "a"},
     )
+
+
+@pytest.fixture
+def manager(tmp_path: Path, mounter: FakeMounter, server: FakeApiServer) -> VolumeManager:
+    return new_manager(tmp_path, mounter, server)
 
 
 def claim(
@@ -61,10 +66,17 @@ def volume(name: str = "pv-1", claim_uid: str = "", **spec: Any) -> dict[str, An
     }
 
 
-def claim_pod(read_only: bool = False, fs_group: int | None = None, **extra: Any) -> Any:
+def claim_pod(
+    read_only: bool = False,
+    fs_group: int | None = None,
+    *,
+    name: str = "p",
+    uid: str = UID,
+    **extra: Any,
+) -> Any:
     return pod(
-        "p",
-        uid=UID,
+        name,
+        uid=uid,
         volumes=[
             {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": read_only}}
         ],
@@ -253,13 +265,8 @@ RWOP_EVENT = (
 )
 
 
-def second_pod(uid: str = "1c9f-uid") -> Any:
-    return pod(
-        "q",
-        uid=uid,
-        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-        containers=[container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])],
-    )
+def second_pod() -> Any:
+    return claim_pod(name="q", uid="1c9f-uid")
 
 
 def seed_local_pv(server: FakeApiServer, disk: Path, modes: list[str]) -> None:
@@ -297,18 +304,10 @@ async def test_an_agent_restarted_beside_the_pod_using_it_still_refuses_a_second
 ) -> None:
     seed_local_pv(server, tmp_path / "disk", ["ReadWriteOncePod"])
 
-    def agent() -> VolumeManager:
-        return VolumeManager(
-            root_dir=str(tmp_path / "root"),
-            content=FakeContentSource(),
-            mounter=mounter,
-            api=server,
-            node_name=NODE,
-        )
+    assert (await new_manager(tmp_path, mounter, server).set_up(claim_pod())).ready
 
-    assert (await agent().set_up(claim_pod())).ready
-
-    refused = await agent().set_up(second_pod())  # a new agent: nothing in memory
+    restarted = new_manager(tmp_path, mounter, server)  # nothing in memory
+    refused = await restarted.set_up(second_pod())
 
     assert refused.events == {"data": RWOP_EVENT}
 
