@@ -249,6 +249,7 @@ def build_container_config(
     settings: PodRuntimeSettings,
     inputs: EnvInputs,
     mounts: Sequence[cri.Mount] = (),
+    devices: Sequence[cri.Device] = (),
     image_user: ImageUser | None = None,
     target_id: str = "",
 ) -> cri.ContainerConfig:
@@ -267,6 +268,7 @@ def build_container_config(
         working_dir=container.working_dir,
         envs=[cri.KeyValue(key=k, value=v.encode()) for k, v in env],
         mounts=list(mounts),
+        devices=list(devices),
         labels=labels.container_labels(pod, container),
         annotations=labels.container_annotations(pod, container, restart_count),
         log_path=log_path,

@@ -56,7 +56,7 @@ from nodeagent.kuberuntime.imagevolumes import (
 )
 from nodeagent.kuberuntime.killing import ContainerKiller
 from nodeagent.kuberuntime.labels import container_hash
-from nodeagent.kuberuntime.mounts import PodMounts, to_cri
+from nodeagent.kuberuntime.mounts import PodMounts, device_to_cri, to_cri
 from nodeagent.kuberuntime.podfiles import Files, legacy_log_symlink
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings
 from nodeagent.kuberuntime.results import (
@@ -257,6 +257,7 @@ class ContainerRunner:
             target_id = namespace_target(container, state)
             env = dict(make_environment(pod, container, inputs))
             mounts = await volumes.container_mounts(container, env)
+            devices = volumes.container_devices(container)
             hosts = await self._hosts_mounts(pod, container, inputs.pod_ips)
             config = build_container_config(
                 pod,
@@ -271,6 +272,7 @@ class ContainerRunner:
                     *hosts,
                     *termination_message_mounts(message_file),
                 ],
+                devices=[device_to_cri(d) for d in devices],
                 image_user=self._images.user_of(image_ref),
                 target_id=target_id,
             )

@@ -1,8 +1,10 @@
-"""A container's volume mounts as the runtime manager receives them, and their CRI form.
+"""A container's volume mounts and block devices as the runtime manager receives them, and
+their CRI form.
 
 The volume manager computes :class:`HostMount` values for a container (it knows where each
-volume is on the host and checks ``subPath``); this module turns them into CRI ``Mount``
-messages (``selinux_relabel`` off, as nodeagent runs no SELinux labelling).
+volume is on the host and checks ``subPath``) and :class:`HostDevice` values for its
+``volumeDevices``; this module turns them into CRI ``Mount`` messages (``selinux_relabel`` off,
+as nodeagent runs no SELinux labelling) and CRI ``Device`` messages.
 """
 
 from __future__ import annotations
@@ -32,7 +34,20 @@ class HostMount:
     propagation: Propagation = "private"
 
 
+@dataclass(frozen=True, slots=True)
+class HostDevice:
+    container_path: str
+    host_path: str
+    permissions: str
+    """cgroup device permissions: ``mrw``, or ``r`` for a read-only claim."""
+
+
 class PodMounts(Protocol):
+    def container_devices(self, container: Container) -> Sequence[HostDevice]:
+        """The block devices of ``container``'s ``volumeDevices``. Raises
+        ``ContainerConfigError`` with the kubelet's message."""
+        ...
+
     async def container_mounts(
         self, container: Container, env: Mapping[str, str]
     ) -> Sequence[HostMount]:
@@ -44,6 +59,14 @@ class PodMounts(Protocol):
 class NoVolumes:
     """A pod whose volumes no volume manager set up: a container that mounts one fails."""
 
+    def container_devices(self, container: Container) -> Sequence[HostDevice]:
+        for device in container.volume_devices:
+            raise ContainerConfigError(
+                f'cannot find volume "{device.get("name", "")}" to pass into container '
+                f'"{container.name}"'
+            )
+        return ()
+
     async def container_mounts(
         self, container: Container, env: Mapping[str, str]
     ) -> Sequence[HostMount]:
@@ -52,6 +75,14 @@ class NoVolumes:
                 f'cannot find volume "{mount.name}" to mount into container "{container.name}"'
             )
         return ()
+
+
+def device_to_cri(device: HostDevice) -> cri.Device:
+    return cri.Device(
+        container_path=device.container_path,
+        host_path=device.host_path,
+        permissions=device.permissions,
+    )
 
 
 def to_cri(mount: HostMount) -> cri.Mount:

@@ -91,13 +91,6 @@ def unsupported(pod: Pod) -> AdmitResult | None:
     ):
         for i, c in enumerate(containers):
             where = f"spec.{key}[{i}]"
-            if c.volume_devices:
-                return AdmitResult(
-                    False,
-                    "VolumeDevicesNotSupported",
-                    f"{where}.volumeDevices: container {c.name!r} asks for raw block devices; "
-                    "nodeagent does not map volumeMode: Block volumes yet",
-                )
             if c.lifecycle is not None and c.lifecycle.stop_signal:
                 return AdmitResult(
                     False,

@@ -146,6 +146,10 @@ class FakeRuntime(FakeImageService):
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
+    def container_config(self, container_id: str) -> cri.ContainerConfig:
+        """The config the container was created with (a copy)."""
+        return copy.deepcopy(self._container(container_id, rpc="container_config").config)
+
     # Helpers -------------------------------------------------------------------------------
 
     def _enter(self, rpc: str) -> None:

@@ -22,6 +22,7 @@ import asyncio
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from nodeagent.apiserver import ApiError
@@ -31,7 +32,13 @@ from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod, Volume
 from nodeagent.quantity import value
 from nodeagent.volumemanager.affinity import AffinityError, check_node_affinity
-from nodeagent.volumemanager.claims import BoundVolume, ClaimResolver, claim_name
+from nodeagent.volumemanager.claims import (
+    BLOCK,
+    FILESYSTEM,
+    BoundVolume,
+    ClaimResolver,
+    claim_name,
+)
 from nodeagent.volumemanager.csi.paths import POD_PLUGIN_DIR
 from nodeagent.volumemanager.expansion import finished_patch, node_expansion_size
 from nodeagent.volumemanager.layout import MountedVolume, pods_dir
@@ -39,8 +46,10 @@ from nodeagent.volumemanager.mounter import Mounter
 from nodeagent.volumemanager.ownership import set_volume_ownership
 from nodeagent.volumemanager.persistent import (
     LOCAL_PLUGIN_DIR,
+    VOLUME_DEVICES,
     CsiHandle,
     SetUpVolume,
+    map_local_block,
     pv_source,
     set_up_in_tree,
     unsupported,
@@ -58,18 +67,42 @@ def read_write_once_pod(pv: Mapping[str, Any]) -> bool:
     return list((pv.get("spec") or {}).get("accessModes") or []) == ["ReadWriteOncePod"]
 
 
+def check_volume_mode(pod: Pod, volume: Volume, bound: BoundVolume) -> None:
+    """The kubelet's populator: a Block PV only through ``volumeDevices``, a Filesystem one
+    only through ``volumeMounts``."""
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    mode = bound.volume_mode
+    mounted = any(m.name == volume.name for c in containers for m in c.volume_mounts)
+    if mode != FILESYSTEM and mounted:
+        raise VolumeSetupError(
+            f"volume {volume.name} has volumeMode {mode}, but is specified in volumeMounts"
+        )
+    if mode != BLOCK and any(
+        d.get("name") == volume.name for c in containers for d in c.volume_devices
+    ):
+        raise VolumeSetupError(
+            f"volume {volume.name} has volumeMode {mode}, but is specified in volumeDevices"
+        )
+
+
 def pods_with_volume_dir(root_dir: str, pv_name: str) -> set[str]:
-    """The pods whose directory holds a CSI or local volume directory named ``pv_name`` (what
-    the kubelet's reconstruction reads after a restart). No link is followed."""
+    """The pods whose directory holds a CSI or local volume, or a device link, named
+    ``pv_name`` (what the kubelet's reconstruction reads after a restart). No link is
+    followed."""
     try:
         uids = os.listdir(pods_dir(root_dir))
     except OSError:
         return set()
+    places = (
+        Path("volumes") / POD_PLUGIN_DIR,
+        Path("volumes") / LOCAL_PLUGIN_DIR,
+        Path(VOLUME_DEVICES) / LOCAL_PLUGIN_DIR,
+    )
     return {
         uid
         for uid in uids
-        for plugin in (POD_PLUGIN_DIR, LOCAL_PLUGIN_DIR)
-        if os.path.lexists(pods_dir(root_dir) / uid / "volumes" / plugin / pv_name)
+        for place in places
+        if os.path.lexists(pods_dir(root_dir) / uid / place / pv_name)
     }
 
 
@@ -245,6 +278,7 @@ class ClaimedVolumes:
             raise VolumeSetupError(
                 str(e), operation=NODE_AFFINITY_FAILED, spec_name=bound.pv_name
             ) from e
+        check_volume_mode(pod, volume, bound)
         first = await self._note_user(pod, bound)
         try:
             set_up = await self._set_up_pv(pod, volume, bound, mounts)
@@ -263,7 +297,7 @@ class ClaimedVolumes:
             volume=volume.name,
             persistent_volume=bound.pv_name,
         )
-        mounted = MountedVolume(set_up.path, set_up.read_only)
+        mounted = MountedVolume(set_up.path, set_up.read_only, block=set_up.block)
         done[volume.name] = mounted
         return mounted
 
@@ -276,6 +310,8 @@ class ClaimedVolumes:
         if reason is not None:
             raise VolumeSetupError(reason, spec_name=bound.pv_name)
         try:
+            if bound.volume_mode == BLOCK:
+                return await map_local_block(bound, root_dir=self._root, uid=pod.uid)
             return await set_up_in_tree(
                 bound, root_dir=self._root, uid=pod.uid, mounter=self._mounter, mounts=mounts
             )

@@ -47,6 +47,9 @@ class MountedVolume:
 
     path: str
     read_only: bool
+    block: bool = False
+    """A raw block device (``volumeMode: Block``): ``path`` is the pod's link to it, passed
+    to containers as a device through ``volumeDevices``, never mounted."""
 
 
 def pods_dir(root_dir: str | Path) -> Path:

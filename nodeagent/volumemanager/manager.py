@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from nodeagent.apiserver import Api
 from nodeagent.kuberuntime.env import ContainerConfigError
-from nodeagent.kuberuntime.mounts import HostMount
+from nodeagent.kuberuntime.mounts import HostDevice, HostMount
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Container, Pod, Volume
 from nodeagent.volumemanager import layout, readymark, subpath
@@ -47,6 +47,7 @@ from nodeagent.volumemanager.hostpath import check_host_path
 from nodeagent.volumemanager.layout import MountedVolume
 from nodeagent.volumemanager.mounter import Mounter, MountError, SystemMounter, below
 from nodeagent.volumemanager.ownership import set_volume_ownership
+from nodeagent.volumemanager.persistent import VOLUME_DEVICES
 from nodeagent.volumemanager.pvstats import volume_entries
 from nodeagent.volumemanager.source import (
     ContentSource,
@@ -85,6 +86,23 @@ class PodVolumes:
     @property
     def ready(self) -> bool:
         return not self.missing
+
+    def container_devices(self, container: Container) -> Sequence[HostDevice]:
+        """``container``'s ``volumeDevices`` as the kubelet's ``makeBlockVolumes`` builds them
+        (the pod's link to the device, ``mrw`` or ``r`` for a read-only claim); raises
+        ``ContainerConfigError`` with its messages."""
+        out = []
+        for device in container.volume_devices:
+            name, path = str(device.get("name", "")), str(device.get("devicePath", ""))
+            if not path.startswith("/"):
+                raise ContainerConfigError(f"error DevicePath `{path}` must be an absolute path")
+            volume = self.mounted.get(name)
+            if volume is None or not volume.block:
+                raise ContainerConfigError(
+                    f'cannot find volume "{name}" to pass into container "{container.name}"'
+                )
+            out.append(HostDevice(path, volume.path, "r" if volume.read_only else "mrw"))
+        return out
 
     async def container_mounts(
         self, container: Container, env: Mapping[str, str]
@@ -526,7 +544,11 @@ class VolumeManager:
                 "Pod directory kept: mounts remain below it", pod_uid=uid, mounts=",".join(left)
             )
             return False
-        doomed = [path / VOLUMES, path / SUBPATHS, path / PLUGINS] if keep_pod_dir else [path]
+        doomed = (
+            [path / VOLUMES, path / VOLUME_DEVICES, path / SUBPATHS, path / PLUGINS]
+            if keep_pod_dir
+            else [path]
+        )
         try:
             for tree in doomed:
                 if await asyncio.to_thread(os.path.lexists, tree):

@@ -8,14 +8,21 @@
   read-only (the kubelet's ``localVolumeMounter.SetUpAt``); a local path that is a block device
   with ``volumeMode: Filesystem`` (format and mount) is refused by name.
 
+A local PV of ``volumeMode: Block`` (its path a block device) is mapped, not mounted: the pod
+gets ``<podDir>/volumeDevices/kubernetes.io~local-volume/<pv>``, a link to the device, which
+the runtime gives each container that names it in ``volumeDevices`` (permissions ``mrw``, or
+``r`` for a read-only claim). The kubelet also bind-mounts the device under a global map path
+and attaches a loop device to it, to hold a reference while pods use it; nodeagent does not.
+
 Before either, the PV's ``nodeAffinity`` must match the node's labels (``MountVolume.NodeAffinity
-check failed``). A PV of ``volumeMode: Block`` used through ``volumeMounts``, or any source
-without a plugin here, fails visibly, naming it.
+check failed``). A Block PV of another source, or any source without a plugin here, fails
+visibly, naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -29,6 +36,8 @@ from nodeagent.volumemanager.mounter import Mounter, MountError
 from nodeagent.volumemanager.source import VolumeSetupError
 
 LOCAL_PLUGIN_DIR: Final = "kubernetes.io~local-volume"
+VOLUME_DEVICES: Final = "volumeDevices"
+MAP_FAILED: Final = "MapVolume.MapPodDevice failed"
 MOUNT_DIR_MODE: Final = 0o750
 IN_TREE: Final = ("hostPath", "local")
 PV_SOURCES: Final = (
@@ -64,6 +73,8 @@ class SetUpVolume:
     csi: CsiHandle | None = None
     republish: bool = False
     """Its CSI driver wants ``NodePublishVolume`` again now and then (``requiresRepublish``)."""
+    block: bool = False
+    """``path`` is the pod's link to a block device (``volumeMode: Block``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +100,47 @@ def local_volume_path(root_dir: str, uid: str, pv_name: str) -> Path:
     return layout.pod_dir(root_dir, uid) / "volumes" / LOCAL_PLUGIN_DIR / pv_name
 
 
+def device_map_path(root_dir: str, uid: str, pv_name: str) -> Path:
+    """The kubelet's pod device map path of a local block PV: a link to the device."""
+    return layout.pod_dir(root_dir, uid) / VOLUME_DEVICES / LOCAL_PLUGIN_DIR / pv_name
+
+
+def _link_device(device: str, link: Path) -> None:
+    """``link`` -> ``device``, made once; a link to anything else is replaced."""
+    link.parent.mkdir(mode=MOUNT_DIR_MODE, parents=True, exist_ok=True)
+    try:
+        if os.readlink(link) == device:
+            return
+        os.unlink(link)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # EINVAL: not a link (a file or directory left there)
+            raise
+        os.unlink(link)
+    os.symlink(device, link)
+
+
+async def map_local_block(bound: BoundVolume, *, root_dir: str, uid: str) -> SetUpVolume:
+    """A local PV of ``volumeMode: Block``: its path must be a block device; the pod gets a
+    link to it (the kubelet's ``MapVolume.MapPodDevice``), which the runtime resolves when it
+    creates a container with the device. Raises :class:`VolumeSetupError`."""
+    device = str(bound.pv_spec["local"].get("path", ""))
+    if not await asyncio.to_thread(_is_block_device, device):
+        raise VolumeSetupError(
+            f"local volume {device!r} is not a block device", operation=MAP_FAILED
+        )
+    link = device_map_path(root_dir, uid, bound.pv_name)
+    try:
+        await asyncio.to_thread(_link_device, device, link)
+    except OSError as e:
+        raise VolumeSetupError(f"mapping {device} to {link}: {e}", operation=MAP_FAILED) from e
+    return SetUpVolume(str(link), pv_read_only(bound, "local"), own=False, block=True)
+
+
 def unsupported(bound: BoundVolume) -> str | None:
     """Why the node cannot set this PV up through an in-tree plugin, or None."""
-    if bound.volume_mode == BLOCK:
+    if bound.volume_mode == BLOCK and pv_source(bound) != "local":
         name = bound.pv_name
         return f'volumeMode "{BLOCK}" of PersistentVolume "{name}" is not supported on this node'
     source = pv_source(bound)

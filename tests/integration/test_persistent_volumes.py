@@ -9,6 +9,9 @@ and volumes of its pods).
   1 it reads it again; every bind mount is gone once the pods are.
 - A pod on a ``hostPath`` PV through a read-only claim: it reads the host's file and cannot
   write it.
+- A local PV of ``volumeMode: Block`` on a loop device: the container reads and writes it as
+  ``/dev/xvda`` (``volumeDevices``), nothing is mounted, and the pod's link to the device goes
+  with the pod.
 - A ``ReadWriteOncePod`` claim in use: a second pod placed on the node by ``nodeName`` (which
   bypasses the scheduler's check) waits in ``ContainerCreating`` with the kubelet's
   ``FailedMount`` Event until the first pod is gone, then runs.
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -408,3 +413,85 @@ async def test_a_read_write_once_pod_claim_in_use_keeps_a_second_pod_waiting_unt
                     "delete", "pod", "second", "-n", ns, "--grace-period=1", check=False
                 )
                 await until("no pods", lambda: not pods_in(control_plane, ns), within=60, every=0.5)
+
+
+@contextlib.contextmanager
+def loop_device(backing: Path, *, first: bytes, size: int = 8 << 20) -> Iterator[str]:
+    """A loop device over a file of ``size`` bytes that start with ``first``; detached at
+    the end."""
+    with backing.open("wb") as f:
+        f.write(first)
+        f.truncate(size)
+    done = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    )
+    device = done.stdout.strip()
+    try:
+        yield device
+    finally:
+        subprocess.run(["losetup", "--detach", device], capture_output=True, check=False)
+
+
+def read_at(device: str, offset: int, size: int) -> bytes:
+    with open(device, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+# One write of the whole line into the pipe (dd's conv=sync pads every read it gets to a block).
+BLOCK_READER = (
+    'line="pod saw $(head -c 8 /dev/xvda)"; '
+    'printf %s "$line" | dd of=/dev/xvda bs=512 seek=1 conv=notrunc,sync; '
+    "sleep 3600"
+)
+
+
+async def test_a_local_block_pv_is_a_device_in_the_container_and_its_link_goes_with_the_pod(
+    control_plane: ControlPlane, containerd: RuntimeEnv, tmp_path: Path
+) -> None:
+    with loop_device(tmp_path / "disk.img", first=b"host-123") as device:
+        with no_mounts_left(tmp_path):
+            async with agent_node(control_plane, tmp_path, containerd.endpoint) as node:
+                ns = node.namespace
+                pv = local_pv(f"pv-{ns}", Path(device), node.name, "")
+                pv["spec"]["volumeMode"] = "Block"
+                pv["spec"]["claimRef"] = {"namespace": ns, "name": "data"}
+                claim = bound_claim(ns, pv["metadata"]["name"], "ReadWriteOnce")
+                claim["spec"]["volumeMode"] = "Block"
+                reader = claim_pod("reader", ns, "data")
+                (app,) = reader["spec"]["containers"]
+                app["command"] = ["sh", "-c", BLOCK_READER]
+                app["volumeDevices"] = [app.pop("volumeMounts")[0] | {"devicePath": "/dev/xvda"}]
+                del app["volumeDevices"][0]["mountPath"]
+                with cluster_objects(control_plane, pv):
+                    node.start()
+                    await wait_ready(control_plane, node, status="True", within=90)
+                    apply(control_plane, claim)
+                    apply(control_plane, reader)
+                    await until(
+                        "reader Running",
+                        lambda: phase(control_plane, ns, "reader") == "Running",
+                        within=120,
+                        explain=node.log_tail,
+                    )
+                    await until(
+                        "the pod's line on the device",
+                        lambda: read_at(device, 512, 16) == b"pod saw host-123",
+                        within=30,
+                        explain=lambda: read_at(device, 0, 1024),
+                    )
+                    uid = next(p["metadata"]["uid"] for p in pods_in(control_plane, ns))
+                    link = (
+                        tmp_path / "root" / "pods" / uid / "volumeDevices"
+                        / "kubernetes.io~local-volume" / pv["metadata"]["name"]
+                    )  # fmt: skip
+                    assert os.readlink(link) == device
+                    pod_dir = tmp_path / "root" / "pods" / uid
+                    assert not [m for m in mounts_below(pod_dir) if "local-volume" in m]
+
+                    control_plane.kubectl("delete", "pod", "reader", "-n", ns)
+                    await until(
+                        "no pods", lambda: not pods_in(control_plane, ns), within=60, every=0.5
+                    )
+                    await until("the pod's link gone", lambda: not os.path.lexists(link), within=30)
+        assert read_at(device, 0, 8) == b"host-123"

@@ -17,7 +17,7 @@ from nodeagent.kuberuntime import etchosts
 from nodeagent.kuberuntime.dns import PodDNSError, pod_hostname
 from nodeagent.kuberuntime.env import EnvInputs
 from nodeagent.kuberuntime.manager import RuntimeManager
-from nodeagent.kuberuntime.mounts import HostMount
+from nodeagent.kuberuntime.mounts import HostDevice, HostMount
 from nodeagent.kuberuntime.podfiles import PodFiles
 from nodeagent.kuberuntime.podsettings import PodRuntimeSettings, ResolvConf
 from nodeagent.kuberuntime.results import CREATE_CONTAINER_CONFIG_ERROR, SyncResult
@@ -213,6 +213,9 @@ def test_host_aliases_are_checked_when_the_pod_is_decoded() -> None:
 
 class OwnHostsVolume:
     """Each ``volumeMounts`` entry mounted from ``/srv/<volume name>``."""
+
+    def container_devices(self, container: Container) -> Sequence[HostDevice]:
+        return ()
 
     async def container_mounts(
         self, container: Container, env: Mapping[str, str]

@@ -88,13 +88,11 @@ def test_a_stop_signal_is_refused_naming_the_field() -> None:
     assert "SIGUSR1" in result.message
 
 
-def test_raw_block_devices_are_refused_naming_the_field() -> None:
+def test_raw_block_devices_are_admitted_for_the_volume_manager_to_map() -> None:
     p = pod(
         containers=[container("db", volumeDevices=[{"name": "data", "devicePath": "/dev/xvda"}])]
     )
-    result = admit_pod(p, allocatable=NODE, admitted=[])
-    assert result.reason == "VolumeDevicesNotSupported"
-    assert result.message.startswith("spec.containers[0].volumeDevices: container 'db'")
+    assert admit_pod(p, allocatable=NODE, admitted=[]).admit
 
 
 def test_probes_on_plain_init_containers_are_refused_naming_the_field() -> None:

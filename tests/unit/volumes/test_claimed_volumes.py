@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
+from nodeagent.kuberuntime.env import ContainerConfigError
+from nodeagent.kuberuntime.mounts import HostDevice
 from nodeagent.testing.fake_apiserver import FakeApiServer
 from nodeagent.testing.fake_volumes import FakeContentSource, FakeMounter
 from nodeagent.testing.pods import container, pod
+from nodeagent.volumemanager import persistent
 from nodeagent.volumemanager.claims import PVCS, PVS
 from nodeagent.volumemanager.manager import VolumeManager
 
@@ -72,15 +75,21 @@ def claim_pod(
     *,
     name: str = "p",
     uid: str = UID,
+    used_as: str = "volumeMounts",
     **extra: Any,
 ) -> Any:
+    use = (
+        {"volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}
+        if used_as == "volumeDevices"
+        else {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    )
     return pod(
         name,
         uid=uid,
         volumes=[
             {"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": read_only}}
         ],
-        containers=[container("app", volumeMounts=[{"name": "data", "mountPath": "/data"}])],
+        containers=[container("app", **use)],
         **({"securityContext": {"fsGroup": fs_group}} if fs_group is not None else {}),
         **extra,
     )
@@ -208,9 +217,9 @@ async def test_a_pv_for_another_node_fails_its_node_affinity_check(
             id="nfs",
         ),
         pytest.param(
-            {"local": {"path": "/"}, "volumeMode": "Block"},
+            {"hostPath": {"path": "/dev/sda"}, "volumeMode": "Block"},
             'volumeMode "Block" of PersistentVolume "pv-1" is not supported on this node',
-            id="block mode",
+            id="block mode of a host path pv",
         ),
     ],
 )
@@ -219,7 +228,8 @@ async def test_a_pv_source_without_a_plugin_fails_by_name(
 ) -> None:
     seeded = server.seed(PVCS, claim())
     server.seed(PVS, volume(claim_uid=seeded["metadata"]["uid"], **spec))
-    result = await manager.set_up(claim_pod())
+    used_as = "volumeDevices" if spec.get("volumeMode") == "Block" else "volumeMounts"
+    result = await manager.set_up(claim_pod(used_as=used_as))
     assert result.failures == {"data": why}
     assert result.events == {"data": f'MountVolume.SetUp failed for volume "pv-1" : {why}'}
 
@@ -320,3 +330,118 @@ async def test_two_pods_set_up_at_once_do_not_both_get_a_read_write_once_pod_pv(
     first, second = await asyncio.gather(manager.set_up(claim_pod()), manager.set_up(second_pod()))
 
     assert sorted([first.ready, second.ready]) == [False, True]
+
+
+# --- volumeMode: Block: a local PV's device, passed to containers through volumeDevices --------
+
+DEVICE = "/dev/fake-disk"
+
+
+@pytest.fixture
+def block_device(monkeypatch: pytest.MonkeyPatch) -> str:
+    """``DEVICE`` is the one block device of the node."""
+    monkeypatch.setattr(persistent, "_is_block_device", lambda path: path == DEVICE)
+    return DEVICE
+
+
+def seed_block_pv(server: FakeApiServer, path: str = DEVICE, mode: str = "Block") -> None:
+    seeded = server.seed(PVCS, claim())
+    uid = seeded["metadata"]["uid"]
+    server.seed(PVS, volume(claim_uid=uid, local={"path": path}, volumeMode=mode))
+
+
+def device_link(tmp_path: Path, uid: str = UID) -> Path:
+    pod_dir = tmp_path / "root" / "pods" / uid
+    return pod_dir / "volumeDevices" / "kubernetes.io~local-volume" / "pv-1"
+
+
+@pytest.mark.parametrize(("read_only", "permissions"), [(False, "mrw"), (True, "r")])
+async def test_a_local_block_pv_is_linked_for_the_pod_and_passed_as_a_device(
+    *,
+    manager: VolumeManager,
+    server: FakeApiServer,
+    tmp_path: Path,
+    block_device: str,
+    read_only: bool,
+    permissions: str,
+) -> None:
+    seed_block_pv(server)
+    p = claim_pod(read_only=read_only, used_as="volumeDevices")
+
+    result = await manager.set_up(p)
+
+    assert result.ready, result.failures
+    link = device_link(tmp_path)
+    assert os.readlink(link) == block_device
+    (app,) = p.spec.containers
+    assert result.container_devices(app) == [HostDevice("/dev/xvda", str(link), permissions)]
+    assert await manager.tear_down(UID)
+    assert not await asyncio.to_thread(os.path.lexists, link)
+
+
+@pytest.mark.parametrize(
+    ("mode", "used_as", "why"),
+    [
+        (
+            "Block",
+            "volumeMounts",
+            "volume data has volumeMode Block, but is specified in volumeMounts",
+        ),
+        (
+            "Filesystem",
+            "volumeDevices",
+            "volume data has volumeMode Filesystem, but is specified in volumeDevices",
+        ),
+    ],
+)
+async def test_a_volume_used_against_its_mode_fails_with_the_kubelets_words(
+    *,
+    manager: VolumeManager,
+    server: FakeApiServer,
+    tmp_path: Path,
+    block_device: str,
+    mode: str,
+    used_as: str,
+    why: str,
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    seed_block_pv(server, block_device if mode == "Block" else str(disk), mode)
+
+    result = await manager.set_up(claim_pod(used_as=used_as))
+
+    assert result.failures == {"data": why}
+    assert not device_link(tmp_path).parent.exists()
+
+
+async def test_a_local_block_pv_whose_path_is_no_block_device_fails_to_map(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path, block_device: str
+) -> None:
+    seed_block_pv(server, str(tmp_path))
+
+    result = await manager.set_up(claim_pod(used_as="volumeDevices"))
+
+    assert result.events == {
+        "data": f'MapVolume.MapPodDevice failed for volume "pv-1" : local volume '
+        f"'{tmp_path}' is not a block device"
+    }
+
+
+async def test_a_device_of_a_volume_that_is_not_a_block_pv_is_a_config_error(
+    manager: VolumeManager, server: FakeApiServer, tmp_path: Path
+) -> None:
+    seeded = server.seed(PVCS, claim())
+    server.seed(
+        PVS,
+        volume(claim_uid=seeded["metadata"]["uid"], hostPath={"path": str(tmp_path)}),
+    )
+    result = await manager.set_up(claim_pod())
+
+    def app(device_path: str) -> Any:
+        devices = [{"name": "data", "devicePath": device_path}]
+        return pod("x", containers=[container("app", volumeDevices=devices)]).spec.containers[0]
+
+    with pytest.raises(ContainerConfigError, match='cannot find volume "data" to pass into'):
+        result.container_devices(app("/dev/xvda"))
+    with pytest.raises(ContainerConfigError, match="DevicePath `dev/xvda` must be an absolute"):
+        result.container_devices(app("dev/xvda"))
