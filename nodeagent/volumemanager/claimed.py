@@ -11,7 +11,7 @@ claims once.
 A PV whose only access mode is ``ReadWriteOncePod`` is set up for one pod of the node at a
 time, as the kubelet enforces it at mount time (the scheduler does too, but a pod created with
 its ``nodeName`` set bypasses it): a second pod gets the kubelet's ``FailedMount`` text until
-the first pod's volumes are torn down. Who uses a PV is noted at each set-up until the pod's
+the first pod's volumes are torn down. Who uses such a PV is noted at its set-up until the pod's
 teardown is done, and read from the pods' CSI and local volume directories too, so an agent
 restarted beside a running pod still sees it (a hostPath PV leaves no such directory).
 """
@@ -73,16 +73,15 @@ def check_volume_mode(pod: Pod, volume: Volume, bound: BoundVolume) -> None:
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     mode = bound.volume_mode
     mounted = any(m.name == volume.name for c in containers for m in c.volume_mounts)
-    if mode != FILESYSTEM and mounted:
-        raise VolumeSetupError(
-            f"volume {volume.name} has volumeMode {mode}, but is specified in volumeMounts"
-        )
-    if mode != BLOCK and any(
-        d.get("name") == volume.name for c in containers for d in c.volume_devices
+    mapped = any(d.get("name") == volume.name for c in containers for d in c.volume_devices)
+    for field, used, allowed in (
+        ("volumeMounts", mounted, FILESYSTEM),
+        ("volumeDevices", mapped, BLOCK),
     ):
-        raise VolumeSetupError(
-            f"volume {volume.name} has volumeMode {mode}, but is specified in volumeDevices"
-        )
+        if used and mode != allowed:
+            raise VolumeSetupError(
+                f"volume {volume.name} has volumeMode {mode}, but is specified in {field}"
+            )
 
 
 def pods_with_volume_dir(root_dir: str, pv_name: str) -> set[str]:
@@ -161,7 +160,8 @@ class ClaimedVolumes:
         self._checked: dict[tuple[str, str], float] = {}
         self._republished: dict[tuple[str, str, str], float] = {}
         self._users: dict[str, set[str]] = {}
-        """PV name -> the pods it is set up for, until each pod's teardown is done."""
+        """``ReadWriteOncePod`` PV name -> the pods it is set up for, until each pod's
+        teardown is done (one, but for a pod whose set-up is under way)."""
 
     def release(self, uid: str) -> None:
         """The pod's volumes are torn down: it no longer uses any PV."""
@@ -169,22 +169,24 @@ class ClaimedVolumes:
             users.discard(uid)
         self._users = {pv: users for pv, users in self._users.items() if users}
 
-    async def _note_user(self, pod: Pod, bound: BoundVolume) -> bool:
-        """Note the pod as a user of the PV; True if it was not one yet. A ``ReadWriteOncePod``
-        PV that another pod uses raises the kubelet's error. The note is taken before any
-        await, so two pods set up at once cannot both pass."""
+    async def _reserve(self, pod: Pod, bound: BoundVolume) -> bool:
+        """For a ``ReadWriteOncePod`` PV: note the pod as its user, or raise the kubelet's
+        error when another pod uses it. True when this call took the note (undone if the
+        set-up then fails). Taken before any await, so two pods set up at once cannot both
+        pass."""
+        if not read_write_once_pod(bound.pv):
+            return False
         users = self._users.setdefault(bound.pv_name, set())
-        first = pod.uid not in users
-        single = read_write_once_pod(bound.pv)
-        if single and users - {pod.uid}:
+        if users - {pod.uid}:
             raise VolumeSetupError(RWOP_IN_USE, spec_name=bound.pv_name)
+        if pod.uid in users:
+            return False
         users.add(pod.uid)
-        if single and first:
-            on_disk = await asyncio.to_thread(pods_with_volume_dir, self._root, bound.pv_name)
-            if on_disk - {pod.uid}:
-                users.discard(pod.uid)
-                raise VolumeSetupError(RWOP_IN_USE, spec_name=bound.pv_name)
-        return first
+        on_disk = await asyncio.to_thread(pods_with_volume_dir, self._root, bound.pv_name)
+        if on_disk - {pod.uid}:
+            users.discard(pod.uid)
+            raise VolumeSetupError(RWOP_IN_USE, spec_name=bound.pv_name)
+        return True
 
     def forget(self, uid: str) -> None:
         self._done.pop(uid, None)
@@ -279,11 +281,11 @@ class ClaimedVolumes:
                 str(e), operation=NODE_AFFINITY_FAILED, spec_name=bound.pv_name
             ) from e
         check_volume_mode(pod, volume, bound)
-        first = await self._note_user(pod, bound)
+        reserved = await self._reserve(pod, bound)
         try:
             set_up = await self._set_up_pv(pod, volume, bound, mounts)
         except BaseException:
-            if first:
+            if reserved:
                 self._users.get(bound.pv_name, set()).discard(pod.uid)
             raise
         if set_up.own:

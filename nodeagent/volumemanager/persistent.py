@@ -22,7 +22,6 @@ visibly, naming it.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -106,18 +105,11 @@ def device_map_path(root_dir: str, uid: str, pv_name: str) -> Path:
 
 
 def _link_device(device: str, link: Path) -> None:
-    """``link`` -> ``device``, made once; a link to anything else is replaced."""
+    """``link`` -> ``device``, made once; a link (or file) to anything else is replaced."""
     link.parent.mkdir(mode=MOUNT_DIR_MODE, parents=True, exist_ok=True)
-    try:
-        if os.readlink(link) == device:
-            return
-        os.unlink(link)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        if e.errno != errno.EINVAL:  # EINVAL: not a link (a file or directory left there)
-            raise
-        os.unlink(link)
+    if link.is_symlink() and os.readlink(link) == device:
+        return
+    link.unlink(missing_ok=True)
     os.symlink(device, link)
 
 
