@@ -33,7 +33,8 @@ from nodeagent.csi.types import (
 @dataclass
 class FakeCsiNode:
     """A driver's node side in memory. ``staged``/``published`` map a path to the volume
-    handle; publishing makes the target directory (as drivers do), unpublishing removes it.
+    handle; publishing makes the target directory (a file for a block capability: a real
+    driver makes it the device), as drivers do; unpublishing removes it.
     ``failures`` maps an RPC name to the :class:`CsiError` code it fails with."""
 
     node_id: str = "fake-node-id"
@@ -79,7 +80,10 @@ class FakeCsiNode:
     async def node_publish_volume(self, request: PublishRequest) -> None:
         self._call("NodePublishVolume")
         self.requests.append(request)
-        await asyncio.to_thread(os.makedirs, request.target_path, 0o750, True)
+        if request.capability.block:
+            await asyncio.to_thread(_touch, request.target_path)
+        else:
+            await asyncio.to_thread(os.makedirs, request.target_path, 0o750, True)
         self.published[request.target_path] = request.volume_id
 
     async def node_unpublish_volume(self, volume_id: str, target_path: str) -> None:
@@ -87,6 +91,8 @@ class FakeCsiNode:
         self.published.pop(target_path, None)
         if await asyncio.to_thread(os.path.isdir, target_path):
             await asyncio.to_thread(os.rmdir, target_path)
+        elif await asyncio.to_thread(os.path.isfile, target_path):
+            await asyncio.to_thread(os.unlink, target_path)
 
     async def node_get_volume_stats(
         self, volume_id: str, volume_path: str, staging_target_path: str = ""
@@ -107,6 +113,11 @@ class FakeCsiNode:
 
     async def close(self) -> None:
         self.closed += 1
+
+
+def _touch(path: str) -> None:
+    with open(path, "a"):
+        pass
 
 
 _RPC = pb.NodeServiceCapability.RPC

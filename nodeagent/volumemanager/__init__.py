@@ -31,13 +31,15 @@ PersistentVolumes. Out:
 - a PV whose one access mode is ``ReadWriteOncePod`` set up for one pod of the node at a time:
   a second pod gets the kubelet's ``FailedMount`` text until the first one's volumes are
   torn down (``claimed.py``);
-- a local PV of ``volumeMode: Block`` mapped, not mounted: the pod's link to the device
-  (``<podDir>/volumeDevices/kubernetes.io~local-volume/<pv>``) given to each container that
-  names it in ``volumeDevices`` as a CRI ``Device`` (``mrw``, ``r`` for a read-only claim);
+- a PV of ``volumeMode: Block`` mapped, not mounted: the pod's link to the device (a local
+  PV's ``<podDir>/volumeDevices/kubernetes.io~local-volume/<pv>``; a CSI PV's
+  ``<podDir>/volumeDevices/kubernetes.io~csi/<pv>``, to the file its driver published the
+  device on, ``csi/volumes.py``) given to each container that names it in ``volumeDevices`` as
+  a CRI ``Device`` (``mrw``, ``r`` for a read-only claim);
   a Block PV used through ``volumeMounts``, or a Filesystem one through ``volumeDevices``,
   fails with the kubelet's words;
 - a volume that cannot be set up (or an unsupported source: image, nfs, a Block-mode PV
-  other than local, ...)
+  other than local or CSI, ...)
   keeps the pod in ``ContainerCreating`` with a ``FailedMount`` Event (``MountVolume.SetUp
   failed for volume "x" : ...``, the PV's name for a claim), retried after 0.5 s doubling to
   2 m 2 s;

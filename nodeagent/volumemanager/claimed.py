@@ -96,6 +96,7 @@ def pods_with_volume_dir(root_dir: str, pv_name: str) -> set[str]:
         Path("volumes") / POD_PLUGIN_DIR,
         Path("volumes") / LOCAL_PLUGIN_DIR,
         Path(VOLUME_DEVICES) / LOCAL_PLUGIN_DIR,
+        Path(VOLUME_DEVICES) / POD_PLUGIN_DIR,
     )
     return {
         uid
@@ -113,6 +114,8 @@ class CsiVolumes(Protocol):
     ) -> SetUpVolume: ...
 
     async def set_up_inline(self, pod: Pod, volume: Volume) -> SetUpVolume: ...
+
+    async def set_up_block(self, pod: Pod, volume: Volume, bound: BoundVolume) -> SetUpVolume: ...
 
     async def tear_down_pod(self, uid: str) -> bool: ...
 
@@ -306,7 +309,9 @@ class ClaimedVolumes:
     async def _set_up_pv(
         self, pod: Pod, volume: Volume, bound: BoundVolume, mounts: list[str]
     ) -> SetUpVolume:
-        if pv_source(bound) == "csi" and self._csi is not None and bound.volume_mode != "Block":
+        if pv_source(bound) == "csi" and self._csi is not None:
+            if bound.volume_mode == BLOCK:
+                return await self._csi.set_up_block(pod, volume, bound)
             return await self._csi.set_up_persistent(pod, volume, bound)
         reason = unsupported(bound)
         if reason is not None:

@@ -104,7 +104,7 @@ def device_map_path(root_dir: str, uid: str, pv_name: str) -> Path:
     return layout.pod_dir(root_dir, uid) / VOLUME_DEVICES / LOCAL_PLUGIN_DIR / pv_name
 
 
-def _link_device(device: str, link: Path) -> None:
+def link_device(device: str, link: Path) -> None:
     """``link`` -> ``device``, made once; a link (or file) to anything else is replaced."""
     link.parent.mkdir(mode=MOUNT_DIR_MODE, parents=True, exist_ok=True)
     if link.is_symlink() and os.readlink(link) == device:
@@ -124,7 +124,7 @@ async def map_local_block(bound: BoundVolume, *, root_dir: str, uid: str) -> Set
         )
     link = device_map_path(root_dir, uid, bound.pv_name)
     try:
-        await asyncio.to_thread(_link_device, device, link)
+        await asyncio.to_thread(link_device, device, link)
     except OSError as e:
         raise VolumeSetupError(f"mapping {device} to {link}: {e}", operation=MAP_FAILED) from e
     return SetUpVolume(str(link), pv_read_only(bound, "local"), own=False, block=True)

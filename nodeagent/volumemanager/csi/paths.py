@@ -8,6 +8,12 @@
   name, or the pod's volume name for an inline volume, ``/`` escaped as ``~``), with
   ``vol_data.json`` (``specVolID``, ``volumeHandle``, ``driverName``, ``nodeName``,
   ``volumeLifecycleMode``, ``attachmentID``) beside ``mount``;
+- a raw block volume (``volumeMode: Block``), under
+  ``<rootDir>/plugins/kubernetes.io/csi/volumeDevices/``: ``<specName>/data/vol_data.json``
+  (written first), staged at ``staging/<specName>`` (a directory), published per pod at
+  ``publish/<specName>/<podUID>`` (a file the driver makes the device), and the pod's link to
+  that file ``<rootDir>/pods/<uid>/volumeDevices/kubernetes.io~csi/<specName>``, which the
+  runtime resolves when it creates a container with the device (the kubelet's ``csi_block.go``);
 - the VolumeAttachment of a volume on a node: ``csi-<sha256(handle + driver + node)>``;
 - an inline volume's handle: ``csi-<sha256(podUID + volumeName)>``.
 """
@@ -25,6 +31,10 @@ POD_PLUGIN_DIR: Final = "kubernetes.io~csi"
 GLOBAL_MOUNT: Final = "globalmount"
 MOUNT: Final = "mount"
 VOL_DATA: Final = "vol_data.json"
+DEVICES: Final = "volumeDevices"
+STAGING: Final = "staging"
+PUBLISH: Final = "publish"
+DATA: Final = "data"
 PERSISTENT: Final = "Persistent"
 EPHEMERAL: Final = "Ephemeral"
 
@@ -65,6 +75,40 @@ def pod_volume_dir(root_dir: str | Path, uid: str, spec_name: str) -> Path:
 
 def target_path(root_dir: str | Path, uid: str, spec_name: str) -> Path:
     return pod_volume_dir(root_dir, uid, spec_name) / MOUNT
+
+
+def device_dir(root_dir: str | Path) -> Path:
+    """Where the raw block volumes' records, staging and publish paths are."""
+    return plugin_dir(root_dir) / DEVICES
+
+
+def block_volume_dir(root_dir: str | Path, spec_name: str) -> Path:
+    """Holds ``data/vol_data.json`` of a raw block volume."""
+    return device_dir(root_dir) / escape(spec_name)
+
+
+def block_data_file(root_dir: str | Path, spec_name: str) -> Path:
+    return block_volume_dir(root_dir, spec_name) / DATA / VOL_DATA
+
+
+def block_staging_path(root_dir: str | Path, spec_name: str) -> Path:
+    return device_dir(root_dir) / STAGING / escape(spec_name)
+
+
+def block_publish_dir(root_dir: str | Path, spec_name: str) -> Path:
+    return device_dir(root_dir) / PUBLISH / escape(spec_name)
+
+
+def block_publish_path(root_dir: str | Path, spec_name: str, uid: str) -> Path:
+    return block_publish_dir(root_dir, spec_name) / uid
+
+
+def pod_device_dir(root_dir: str | Path, uid: str) -> Path:
+    return Path(root_dir) / "pods" / uid / DEVICES / POD_PLUGIN_DIR
+
+
+def pod_device_link(root_dir: str | Path, uid: str, spec_name: str) -> Path:
+    return pod_device_dir(root_dir, uid) / escape(spec_name)
 
 
 def attachment_name(handle: str, driver: str, node_name: str) -> str:

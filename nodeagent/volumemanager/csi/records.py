@@ -103,6 +103,86 @@ def staged(root_dir: str) -> list[tuple[Path, str, str]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class BlockVolume:
+    """A raw block volume's record (``volumeDevices/<specName>/data/vol_data.json``)."""
+
+    spec_name: str
+    driver: str
+    handle: str
+
+
+def read_block(root_dir: str, spec_name: str) -> BlockVolume | None:
+    """The block volume's record; None when there is none (or it cannot be read)."""
+    try:
+        data = paths.parse_vol_data(paths.block_data_file(root_dir, spec_name).read_text())
+    except (OSError, ValueError):
+        return None
+    return BlockVolume(
+        spec_name, data.get(paths.DRIVER_NAME, ""), data.get(paths.VOLUME_HANDLE, "")
+    )
+
+
+def block_volumes(root_dir: str) -> list[BlockVolume]:
+    """Every raw block volume with a record on the node."""
+    try:
+        names = [
+            e.name
+            for e in os.scandir(paths.device_dir(root_dir))
+            if e.is_dir(follow_symlinks=False) and e.name not in (paths.STAGING, paths.PUBLISH)
+        ]
+    except FileNotFoundError:
+        return []
+    return [b for b in (read_block(root_dir, n) for n in sorted(names)) if b is not None]
+
+
+def pod_block_links(root_dir: str, uid: str) -> list[str]:
+    """The names (escaped spec names) of the pod's links to CSI block volumes."""
+    try:
+        return sorted(e.name for e in os.scandir(paths.pod_device_dir(root_dir, uid)))
+    except FileNotFoundError:
+        return []
+
+
+def block_in_use(root_dir: str, spec_name: str) -> bool:
+    """Some pod still links to the block volume, or is still published with it."""
+    pods = Path(root_dir) / "pods"
+    try:
+        uids = [e.name for e in os.scandir(pods) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        uids = []
+    if any(os.path.lexists(paths.pod_device_link(root_dir, u, spec_name)) for u in uids):
+        return True
+    try:
+        return any(True for _ in os.scandir(paths.block_publish_dir(root_dir, spec_name)))
+    except FileNotFoundError:
+        return False
+
+
+def remove_unpublished(path: Path) -> None:
+    """A publish path the driver left as a plain file (or a dangling link); a mount is not
+    touched (``unlink`` of a mount point fails)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def remove_block_volume(root_dir: str, spec_name: str) -> None:
+    """The unstaged block volume's staging and publish directories and its record; each
+    directory only when empty (nothing is forced)."""
+    volume = paths.block_volume_dir(root_dir, spec_name)
+    with contextlib.suppress(FileNotFoundError):
+        paths.block_data_file(root_dir, spec_name).unlink()
+    for directory in (
+        paths.block_staging_path(root_dir, spec_name),
+        paths.block_publish_dir(root_dir, spec_name),
+        volume / paths.DATA,
+        volume / "dev",
+        volume,
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            directory.rmdir()
+
+
 def remove_dir(path: Path) -> None:
     """``path`` (an unmounted directory) and its ``vol_data.json``; anything else left is
     kept (a mount the driver did not remove makes ``rmdir`` fail, and it is not forced)."""

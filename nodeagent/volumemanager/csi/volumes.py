@@ -17,9 +17,20 @@ Set up (a PV with ``spec.csi``, or an inline ``csi`` volume):
    (so a ``kill -9`` at any point leaves what teardown needs); then ``fsGroup`` by the node
    when the driver cannot take it (``VOLUME_MOUNT_GROUP``) and the policy says so.
 
+A PV of ``volumeMode: Block`` is mapped, not mounted (:meth:`CsiVolumePlugin.set_up_block`,
+the kubelet's ``csi_block.go``): its record ``volumeDevices/<specName>/data/vol_data.json``
+first; ``NodeStageVolume`` (a block capability) on the ``staging/<specName>`` directory, once
+per volume; the pod's link ``pods/<uid>/volumeDevices/kubernetes.io~csi/<specName>`` to its
+publish path; ``NodePublishVolume`` on that path, ``publish/<specName>/<podUID>``, a file the
+driver makes the device (bind-mounted or a device node). The runtime resolves the link when it
+creates a container with the device. Not made: the kubelet's bind mount of the device at the
+global map path (``<specName>/dev/<podUID>``) and its loop device reference, which keep the
+device from being released under a running container; the link is the record of the pod's use.
+
 Tear down (:meth:`CsiVolumePlugin.tear_down_pod`): every ``vol_data.json`` under the pod's
-``kubernetes.io~csi`` is ``NodeUnpublishVolume``'d and removed; a staged volume no other pod
-publishes any more is ``NodeUnstageVolume``'d and its global directory removed.
+``kubernetes.io~csi`` is ``NodeUnpublishVolume``'d and removed, and every block link's publish
+path; a staged volume no other pod publishes any more is ``NodeUnstageVolume``'d and its global
+directory (or a block volume's staging directory and record) removed.
 :meth:`CsiVolumePlugin.clean_staged` unstages what no pod uses (an agent killed between stage
 and publish). A driver that is not registered keeps its volumes until it is (the kubelet
 retries the same way).
@@ -30,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +65,7 @@ from nodeagent.volumemanager.csi.driverinfo import (
 )
 from nodeagent.volumemanager.csi.drivers import CsiUnknownDriver, DriverRegistry
 from nodeagent.volumemanager.csi.tokens import token_attributes
-from nodeagent.volumemanager.persistent import CsiHandle, SetUpVolume
+from nodeagent.volumemanager.persistent import CsiHandle, SetUpVolume, link_device
 from nodeagent.volumemanager.source import VolumeSetupError
 
 VOLUME_ATTACHMENTS: Final = Resource(
@@ -63,6 +75,8 @@ SECRETS: Final = Resource("", "v1", "secrets", "Secret", namespaced=True)
 MOUNT_DEVICE_FAILED: Final = "MountVolume.MountDevice failed"
 WAIT_FOR_ATTACH_FAILED: Final = "MountVolume.WaitForAttach failed"
 SETUP_FAILED: Final = "MountVolume.SetUp failed"
+MAP_SETUP_FAILED: Final = "MapVolume.SetUpDevice failed"
+MAP_POD_FAILED: Final = "MapVolume.MapPodDevice failed"
 PREFIX: Final = "kubernetes.io/csi: "
 
 
@@ -84,9 +98,74 @@ class _Source:
     publish_secret: tuple[str, str] | None = None
 
 
+def _persistent_source(pod: Pod, bound: BoundVolume) -> _Source:
+    csi: dict[str, Any] = bound.pv_spec["csi"]
+    ns = pod.namespace
+
+    def ref(key: str) -> tuple[str, str] | None:
+        r = csi.get(key)
+        return (str(r.get("namespace") or ns), str(r.get("name"))) if r else None
+
+    return _Source(
+        driver=str(csi.get("driver", "")),
+        handle=str(csi.get("volumeHandle", "")),
+        spec_name=bound.pv_name,
+        mode=paths.PERSISTENT,
+        read_only=bound.read_only or bool(csi.get("readOnly")),
+        fs_type=str(csi.get("fsType") or ""),
+        attributes=dict(csi.get("volumeAttributes") or {}),
+        mount_flags=tuple(bound.pv_spec.get("mountOptions") or ()),
+        pv_modes=tuple(bound.pv_spec.get("accessModes") or ()),
+        stage_secret=ref("nodeStageSecretRef"),
+        publish_secret=ref("nodePublishSecretRef"),
+    )
+
+
+def _stage_request(
+    source: _Source,
+    target: Path,
+    capability: Capability,
+    context: Mapping[str, str],
+    secrets: Mapping[str, str],
+) -> StageRequest:
+    return StageRequest(
+        volume_id=source.handle,
+        staging_target_path=str(target),
+        capability=capability,
+        publish_context=dict(context),
+        volume_context=dict(source.attributes),
+        secrets=dict(secrets),
+    )
+
+
+def _publish_request(
+    source: _Source,
+    target: Path,
+    capability: Capability,
+    context: Mapping[str, str],
+    secrets: Mapping[str, str],
+    *,
+    staging: str,
+    attributes: Mapping[str, str],
+) -> PublishRequest:
+    return PublishRequest(
+        volume_id=source.handle,
+        target_path=str(target),
+        capability=capability,
+        read_only=source.read_only,
+        staging_target_path=staging,
+        publish_context=dict(context),
+        volume_context=dict(attributes),
+        secrets=dict(secrets),
+    )
+
+
 @dataclass
 class _Staged:
     users: set[str] = field(default_factory=set)
+    block_staged: bool = False
+    """A block volume's ``NodeStageVolume`` answered (a file system volume's entry exists
+    only once staged)."""
 
 
 class CsiVolumePlugin:
@@ -122,12 +201,12 @@ class CsiVolumePlugin:
         try:
             return self._drivers.client(source.driver)
         except CsiUnknownDriver as e:
+            what = {
+                MOUNT_DEVICE_FAILED: "attacher.MountDevice failed to create newCsiDriverClient",
+                MAP_SETUP_FAILED: "blockMapper.SetUpDevice failed to get CSI client",
+            }.get(operation, "mounter.SetUpAt failed to get CSI client")
             raise VolumeSetupError(
-                f"{PREFIX}attacher.MountDevice failed to create newCsiDriverClient: {e}"
-                if operation == MOUNT_DEVICE_FAILED
-                else f"{PREFIX}mounter.SetUpAt failed to get CSI client: {e}",
-                operation=operation,
-                spec_name=source.spec_name,
+                f"{PREFIX}{what}: {e}", operation=operation, spec_name=source.spec_name
             ) from e
 
     async def _secret(self, ref: tuple[str, str] | None, what: str) -> dict[str, str]:
@@ -168,27 +247,7 @@ class CsiVolumePlugin:
     # --- set up -----------------------------------------------------------------------
 
     async def set_up_persistent(self, pod: Pod, volume: Volume, bound: BoundVolume) -> SetUpVolume:
-        csi: dict[str, Any] = bound.pv_spec["csi"]
-        ns = pod.namespace
-
-        def ref(key: str) -> tuple[str, str] | None:
-            r = csi.get(key)
-            return (str(r.get("namespace") or ns), str(r.get("name"))) if r else None
-
-        source = _Source(
-            driver=str(csi.get("driver", "")),
-            handle=str(csi.get("volumeHandle", "")),
-            spec_name=bound.pv_name,
-            mode=paths.PERSISTENT,
-            read_only=bound.read_only or bool(csi.get("readOnly")),
-            fs_type=str(csi.get("fsType") or ""),
-            attributes=dict(csi.get("volumeAttributes") or {}),
-            mount_flags=tuple(bound.pv_spec.get("mountOptions") or ()),
-            pv_modes=tuple(bound.pv_spec.get("accessModes") or ()),
-            stage_secret=ref("nodeStageSecretRef"),
-            publish_secret=ref("nodePublishSecretRef"),
-        )
-        return await self._set_up(pod, source)
+        return await self._set_up(pod, _persistent_source(pod, bound))
 
     async def set_up_inline(self, pod: Pod, volume: Volume) -> SetUpVolume:
         csi = volume.csi
@@ -289,14 +348,7 @@ class CsiVolumePlugin:
                 records.write, target.parent / paths.VOL_DATA, paths.vol_data_text(data)
             )
             await client.node_stage_volume(
-                StageRequest(
-                    volume_id=source.handle,
-                    staging_target_path=str(target),
-                    capability=capability,
-                    publish_context=dict(context),
-                    volume_context=dict(source.attributes),
-                    secrets=secrets,
-                )
+                _stage_request(source, target, capability, context, secrets)
             )
         except (CsiError, OSError) as e:
             del self._staged[key]
@@ -349,21 +401,202 @@ class CsiVolumePlugin:
                 records.write, directory / paths.VOL_DATA, paths.vol_data_text(data)
             )
             await client.node_publish_volume(
-                PublishRequest(
-                    volume_id=source.handle,
-                    target_path=str(target),
-                    capability=capability,
-                    read_only=source.read_only,
-                    staging_target_path=staging,
-                    publish_context=dict(context),
-                    volume_context=attributes,
-                    secrets=secrets,
+                _publish_request(
+                    source,
+                    target,
+                    capability,
+                    context,
+                    secrets,
+                    staging=staging,
+                    attributes=attributes,
                 )
             )
         except (CsiError, OSError) as e:
             if isinstance(e, CsiError) and not e.uncertain:
                 await asyncio.to_thread(records.remove_dir, directory)
             raise VolumeSetupError(str(e), spec_name=source.spec_name) from e
+
+    # --- raw block volumes ------------------------------------------------------------
+
+    async def set_up_block(self, pod: Pod, volume: Volume, bound: BoundVolume) -> SetUpVolume:
+        """A PV of ``volumeMode: Block``: staged once, published per pod on a file, and the
+        pod's link to that file (module docstring). Raises :class:`VolumeSetupError`."""
+        source = _persistent_source(pod, bound)
+        key = (source.driver, source.handle)
+        self._staged.setdefault(key, _Staged()).users.add(pod.uid)  # no clean-up races it
+        client = self._client(source, MAP_SETUP_FAILED)
+        info = await self._driver_info(source.driver)
+        try:
+            caps = await self._drivers.capabilities(source.driver)
+        except CsiError as e:
+            raise VolumeSetupError(str(e), spec_name=source.spec_name) from e
+        capability = Capability(
+            access_mode=access_mode(
+                source.pv_modes or (), single_node_multi_writer=caps.single_node_multi_writer
+            ),
+            block=True,
+        )
+        context = await self._publish_context(source, info)
+        data = {
+            paths.SPEC_VOL_ID: source.spec_name,
+            paths.VOLUME_HANDLE: source.handle,
+            paths.DRIVER_NAME: source.driver,
+            paths.NODE_NAME: self._node,
+            paths.ATTACHMENT_ID: paths.attachment_name(source.handle, source.driver, self._node),
+        }
+        data_file = paths.block_data_file(self._root, source.spec_name)
+        try:
+            await asyncio.to_thread(records.make_dirs, data_file.parent)
+            await asyncio.to_thread(records.write, data_file, paths.vol_data_text(data))
+        except OSError as e:
+            raise VolumeSetupError(
+                f"{PREFIX}blockMapper.SetUpDevice: {e}",
+                operation=MAP_SETUP_FAILED,
+                spec_name=source.spec_name,
+            ) from e
+        staging = ""
+        if caps.stage_unstage:
+            staging = await self._stage_block(source, client, capability, context)
+        link = await self._publish_block(
+            pod, source, client=client, capability=capability, context=context, staging=staging
+        )
+        return SetUpVolume(
+            str(link),
+            source.read_only,
+            own=False,
+            csi=CsiHandle(source.driver, source.handle, staging),
+            block=True,
+        )
+
+    async def _stage_block(
+        self,
+        source: _Source,
+        client: CsiNode,
+        capability: Capability,
+        context: Mapping[str, str],
+    ) -> str:
+        """``NodeStageVolume`` on the volume's staging directory, once while the agent runs
+        (a staged volume is staged again after a restart: the call is idempotent)."""
+        staged = self._staged[(source.driver, source.handle)]
+        target = paths.block_staging_path(self._root, source.spec_name)
+        if staged.block_staged:
+            return str(target)
+        secrets = await self._secret(source.stage_secret, "NodeStageSecretRef")
+        try:
+            await asyncio.to_thread(records.make_dirs, target)
+            await client.node_stage_volume(
+                _stage_request(source, target, capability, context, secrets)
+            )
+        except (CsiError, OSError) as e:
+            if isinstance(e, CsiError) and not e.uncertain:
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(target.rmdir)
+            raise VolumeSetupError(
+                f"{PREFIX}blockMapper.stageVolumeForBlock failed: {e}",
+                operation=MAP_SETUP_FAILED,
+                spec_name=source.spec_name,
+            ) from e
+        staged.block_staged = True
+        self._log.v(2).info(
+            "MapVolume.SetUpDevice succeeded", volume=source.spec_name, staging_path=str(target)
+        )
+        return str(target)
+
+    async def _publish_block(
+        self,
+        pod: Pod,
+        source: _Source,
+        *,
+        client: CsiNode,
+        capability: Capability,
+        context: Mapping[str, str],
+        staging: str,
+    ) -> Path:
+        """``NodePublishVolume`` on ``publish/<specName>/<podUID>``; the pod's link to it is
+        made first, so that a teardown after a ``kill -9`` at any point finds the volume."""
+        target = paths.block_publish_path(self._root, source.spec_name, pod.uid)
+        link = paths.pod_device_link(self._root, pod.uid, source.spec_name)
+        secrets = await self._secret(source.publish_secret, "NodePublishSecretRef")
+        try:
+            await asyncio.to_thread(records.make_dirs, target.parent)
+            await asyncio.to_thread(link_device, str(target), link)
+            await client.node_publish_volume(
+                _publish_request(
+                    source,
+                    target,
+                    capability,
+                    context,
+                    secrets,
+                    staging=staging,
+                    attributes=source.attributes,
+                )
+            )
+        except (CsiError, OSError) as e:
+            raise VolumeSetupError(
+                f"{PREFIX}blockMapper.publishVolumeForBlock failed: {e}",
+                operation=MAP_POD_FAILED,
+                spec_name=source.spec_name,
+            ) from e
+        self._log.v(2).info(
+            "MapVolume.MapPodDevice succeeded",
+            volume=source.spec_name,
+            pod_uid=pod.uid,
+            publish_path=str(target),
+        )
+        return link
+
+    async def _unmap_pod_blocks(self, uid: str) -> bool:
+        """``NodeUnpublishVolume`` of each block volume the pod links to, then the link (the
+        kubelet's ``UnmapPodDevice``); False when one remains."""
+        done = True
+        for name in await asyncio.to_thread(records.pod_block_links, self._root, uid):
+            link = paths.pod_device_dir(self._root, uid) / name
+            block = await asyncio.to_thread(records.read_block, self._root, name)
+            target = paths.block_publish_path(self._root, name, uid)
+            if block is not None and block.driver:
+                try:
+                    client = self._drivers.client(block.driver)
+                    await client.node_unpublish_volume(block.handle, str(target))
+                    await asyncio.to_thread(records.remove_unpublished, target)
+                except (CsiUnknownDriver, CsiError, OSError) as e:
+                    self._log.warning(
+                        "UnmapVolume.UnmapPodDevice failed", pod_uid=uid, volume=name, error=str(e)
+                    )
+                    done = False
+                    continue
+                staged = self._staged.get((block.driver, block.handle))
+                if staged is not None:
+                    staged.users.discard(uid)
+            await asyncio.to_thread(records.remove_unpublished, link)
+            self._log.v(2).info("UnmapVolume.UnmapPodDevice succeeded", pod_uid=uid, volume=name)
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(paths.pod_device_dir(self._root, uid).rmdir)
+        return done
+
+    async def _clean_staged_blocks(self) -> bool:
+        """Unstage every block volume no pod links to; False when one could not be."""
+        done = True
+        for block in await asyncio.to_thread(records.block_volumes, self._root):
+            key = (block.driver, block.handle)
+            staged = self._staged.get(key)
+            if staged is not None and staged.users:
+                continue
+            if await asyncio.to_thread(records.block_in_use, self._root, block.spec_name):
+                continue
+            target = paths.block_staging_path(self._root, block.spec_name)
+            staged_on_disk: bool = await asyncio.to_thread(os.path.lexists, target)
+            if block.driver and staged_on_disk:
+                try:
+                    client = self._drivers.client(block.driver)
+                    await client.node_unstage_volume(block.handle, str(target))
+                except (CsiUnknownDriver, CsiError) as e:
+                    self._log.warning("UnmapDevice failed", volume=block.spec_name, error=str(e))
+                    done = False
+                    continue
+            self._staged.pop(key, None)
+            await asyncio.to_thread(records.remove_block_volume, self._root, block.spec_name)
+            self._log.v(2).info("UnmapDevice succeeded", volume=block.spec_name)
+        return done
 
     # --- tear down ---------------------------------------------------------------------
 
@@ -397,6 +630,8 @@ class CsiVolumePlugin:
                 staged.users.discard(uid)
         with contextlib.suppress(OSError):
             await asyncio.to_thread(base.rmdir)
+        if not await self._unmap_pod_blocks(uid):
+            done = False
         return await self.clean_staged() and done
 
     async def clean_staged(self) -> bool:
@@ -420,7 +655,7 @@ class CsiVolumePlugin:
             self._staged.pop(key, None)
             await asyncio.to_thread(records.remove_dir, directory)
             self._log.v(2).info("UnmountDevice succeeded", driver=driver, volume_handle=handle)
-        return done
+        return await self._clean_staged_blocks() and done
 
     def volumes_in_use(self) -> list[str]:
         """The node status' ``volumesInUse``: every persistent CSI volume staged or being
