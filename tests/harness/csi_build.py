@@ -34,7 +34,7 @@ from harness import build as hb
 from harness.versions import Versions, cache_dir, load_versions
 
 STANDIN_SOURCE = Path(__file__).with_name("csi-hostpath")
-STANDIN_VERSION = "v0.2.0"  # the stand-in's own version: bump it with a behaviour change
+STANDIN_VERSION = "v0.3.0"  # the stand-in's own version: bump it with a behaviour change
 WRAPPER_SCHEMA = "csi-wrapper-2"  # bump when `wrapper_go_mod` renders differently
 
 

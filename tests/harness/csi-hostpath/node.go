@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -18,6 +19,9 @@ import (
 // target path, read-only when asked. The mounts are made in this container's mount namespace:
 // they reach the node through the Bidirectional mount propagation of the kubelet's plugins and
 // pods directories, as with the upstream driver.
+//
+// A block volume is staged without a mount (its loop device is all there is) and published by
+// bind-mounting its loop device's node on the target, a file.
 
 func (p *plugin) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{
@@ -46,7 +50,8 @@ func (p *plugin) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if req.GetVolumeId() == "" || req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and staging target path are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	block, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
 		return nil, err
 	}
 	p.st.mu.Lock()
@@ -55,17 +60,27 @@ func (p *plugin) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
 	}
+	if err := checkKind(v, block); err != nil {
+		return nil, err
+	}
 	if p.checkLifecycle && v.AttachedTo != p.nodeID {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not attached to node %s", v.ID, p.nodeID)
 	}
 	if p.checkLifecycle && v.StagedAt != "" && v.StagedAt != req.GetStagingTargetPath() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", v.ID, v.StagedAt)
 	}
-	if err := os.MkdirAll(req.GetStagingTargetPath(), 0o750); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := bindMount(p.st.volumePath(v.ID), req.GetStagingTargetPath(), false); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if v.Block {
+		// nothing to mount: the staging path (the kubelet's directory) is left as it is
+		if _, err := p.loopOf(v); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	} else {
+		if err := os.MkdirAll(req.GetStagingTargetPath(), 0o750); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := bindMount(p.st.volumePath(v.ID), req.GetStagingTargetPath(), false); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	v.StagedAt = req.GetStagingTargetPath()
 	if err := p.st.save(); err != nil {
@@ -84,8 +99,10 @@ func (p *plugin) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	if v != nil && p.checkLifecycle && len(v.Published) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %v", v.ID, v.Published)
 	}
-	if err := unmountAll(req.GetStagingTargetPath()); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if v == nil || !v.Block { // a block volume's staging path has no mount of ours
+		if err := unmountAll(req.GetStagingTargetPath()); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 	}
 	if v != nil {
 		v.StagedAt = ""
@@ -122,10 +139,14 @@ func (p *plugin) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if req.GetVolumeId() == "" || req.GetTargetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and target path are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	block, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
 		return nil, err
 	}
 	ephemeral, _ := strconv.ParseBool(req.GetVolumeContext()[ephemeralContext])
+	if ephemeral && block {
+		return nil, status.Error(codes.InvalidArgument, "an inline ephemeral volume is a directory: a block capability does not fit it")
+	}
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
 	var v *volume
@@ -140,6 +161,9 @@ func (p *plugin) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 		var ok bool
 		if v, ok = p.st.Volumes[req.GetVolumeId()]; !ok {
 			return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
+		}
+		if err := checkKind(v, block); err != nil {
+			return nil, err
 		}
 		if req.GetStagingTargetPath() == "" {
 			return nil, status.Error(codes.FailedPrecondition, "staging target path missing: this driver stages volumes")
@@ -158,7 +182,17 @@ func (p *plugin) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 			}
 		}
 	}
-	if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
+	if v.Block {
+		// the target is a file, the loop device's node is bound on it
+		dev, err := p.loopOf(v)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if err := makeDeviceTarget(req.GetTargetPath()); err != nil {
+			return nil, err
+		}
+		source = dev
+	} else if err := os.MkdirAll(req.GetTargetPath(), 0o750); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	readOnly := req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
@@ -173,6 +207,29 @@ func (p *plugin) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// makeDeviceTarget makes the file a block volume is published at (its parent too, which the
+// CO should have made); an existing file (or the device bound there) is kept.
+func makeDeviceTarget(target string) error {
+	info, err := os.Stat(target)
+	if err == nil {
+		if info.IsDir() {
+			return status.Errorf(codes.InvalidArgument, "target path %s is a directory: a block volume is published at a file", target)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o660)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return f.Close()
 }
 
 func (p *plugin) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
@@ -207,13 +264,31 @@ func (p *plugin) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 		return nil, status.Error(codes.InvalidArgument, "volume id and volume path are required")
 	}
 	p.st.mu.Lock()
-	_, known := p.st.Volumes[req.GetVolumeId()]
+	v, known := p.st.Volumes[req.GetVolumeId()]
+	var block bool
+	var dev string
+	var capacity int64
+	if known {
+		block, dev, capacity = v.Block, v.LoopDevice, v.Capacity
+	}
 	p.st.mu.Unlock()
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
 	}
 	if _, err := os.Stat(req.GetVolumePath()); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	}
+	if block {
+		// the device's size, and nothing else: a block device has no free space or inodes
+		size, err := blockDeviceSize(req.GetVolumePath())
+		if err != nil { // not the device (a staging directory): its loop device, its capacity
+			if size, err = blockDeviceSize(dev); err != nil {
+				size = capacity
+			}
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: size},
+		}}, nil
 	}
 	total, avail, used, inodes, ifree, iused, err := fsStats(req.GetVolumePath())
 	if err != nil {

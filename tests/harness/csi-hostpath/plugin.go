@@ -75,6 +75,7 @@ func runPlugin(f flags) error {
 		return err
 	}
 	p.st = st
+	p.reattachBlockVolumes()
 	listener, path, err := listen(f.str("endpoint", "unix:///csi/csi.sock"))
 	if err != nil {
 		return err
@@ -162,19 +163,44 @@ func (p *plugin) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 
 // --- capabilities checks -------------------------------------------------------------------------
 
-func checkCapabilities(caps []*csi.VolumeCapability) error {
+// checkCapabilities says whether the capabilities ask block access (else mount access). Each
+// must name one; a list naming both is refused, as a volume is one or the other.
+func checkCapabilities(caps []*csi.VolumeCapability) (block bool, err error) {
 	if len(caps) == 0 {
-		return status.Error(codes.InvalidArgument, "volume capabilities missing")
+		return false, status.Error(codes.InvalidArgument, "volume capabilities missing")
 	}
+	var blocks, mounts int
 	for _, c := range caps {
-		if c.GetBlock() != nil {
-			return status.Error(codes.InvalidArgument, "volumeMode Block is not supported by this stand-in hostpath driver")
-		}
-		if c.GetMount() == nil {
-			return status.Error(codes.InvalidArgument, "a volume capability names no access type")
+		switch {
+		case c.GetBlock() != nil:
+			blocks++
+		case c.GetMount() != nil:
+			mounts++
+		default:
+			return false, status.Error(codes.InvalidArgument, "a volume capability names no access type")
 		}
 	}
-	return nil
+	if blocks > 0 && mounts > 0 {
+		return false, status.Error(codes.InvalidArgument,
+			"volume capabilities ask both block and mount access: a volume is one or the other")
+	}
+	return blocks > 0, nil
+}
+
+func accessName(block bool) string {
+	if block {
+		return "block"
+	}
+	return "mount"
+}
+
+// checkKind refuses a capability whose access type is not the volume's.
+func checkKind(v *volume, block bool) error {
+	if v.Block == block {
+		return nil
+	}
+	return status.Errorf(codes.InvalidArgument, "volume %s is a %s volume: a %s capability does not fit it",
+		v.ID, accessName(v.Block), accessName(block))
 }
 
 func readOnlyMode(c *csi.VolumeCapability) bool {
@@ -237,7 +263,8 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name missing")
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	block, err := checkCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
 		return nil, err
 	}
 	if err := p.checkMutable(req.GetMutableParameters()); err != nil {
@@ -250,18 +277,31 @@ func (p *plugin) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
 	if v := p.st.volumeByName(req.GetName()); v != nil {
+		if v.Block != block {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists as a %s volume", v.Name, accessName(v.Block))
+		}
 		if v.Capacity < capacity {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes", v.Name, v.Capacity)
 		}
 		return p.created(v, req), nil
 	}
+	sourceSize, err := p.checkSource(req.GetVolumeContentSource(), block)
+	if err != nil {
+		return nil, err
+	}
+	if sourceSize > capacity {
+		// a block volume is at least its source's size: a copy of the source's file
+		if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 && sourceSize > limit {
+			return nil, status.Errorf(codes.OutOfRange, "the source has %d bytes, more than the limit %d", sourceSize, limit)
+		}
+		capacity = sourceSize
+	}
 	v := &volume{
 		ID: newID(), Name: req.GetName(), Capacity: capacity, Mutable: req.GetMutableParameters(),
-		FsType: requestedFsType(req.GetVolumeCapabilities()),
+		FsType: requestedFsType(req.GetVolumeCapabilities()), Block: block,
 	}
 	if err := p.fill(v, req.GetVolumeContentSource()); err != nil {
-		_ = unmountAll(p.st.volumePath(v.ID))
-		_ = os.RemoveAll(p.st.volumePath(v.ID))
+		_ = p.removeData(v)
 		return nil, err
 	}
 	p.st.Volumes[v.ID] = v
@@ -282,9 +322,46 @@ func requestedFsType(caps []*csi.VolumeCapability) string {
 	return ""
 }
 
+// checkSource checks that a volume's content source exists and is of the volume's access type
+// (a block volume is made from a block volume or its snapshot, a directory from a directory);
+// it returns the size of a block source.
+func (p *plugin) checkSource(source *csi.VolumeContentSource, block bool) (int64, error) {
+	var what string
+	var sourceBlock bool
+	var size int64
+	switch {
+	case source.GetSnapshot() != nil:
+		sn, ok := p.st.Snapshots[source.GetSnapshot().GetSnapshotId()]
+		if !ok {
+			return 0, status.Errorf(codes.NotFound, "snapshot %q not found", source.GetSnapshot().GetSnapshotId())
+		}
+		what, sourceBlock, size = "snapshot "+sn.ID, sn.Block, sn.Size
+	case source.GetVolume() != nil:
+		src, ok := p.st.Volumes[source.GetVolume().GetVolumeId()]
+		if !ok {
+			return 0, status.Errorf(codes.NotFound, "volume %q not found", source.GetVolume().GetVolumeId())
+		}
+		what, sourceBlock, size = "volume "+src.ID, src.Block, src.Capacity
+	default:
+		return 0, nil
+	}
+	if sourceBlock != block {
+		return 0, status.Errorf(codes.InvalidArgument, "%s is of a %s volume: a %s volume cannot be made from it",
+			what, accessName(sourceBlock), accessName(block))
+	}
+	if !block {
+		return 0, nil
+	}
+	return size, nil
+}
+
 // fill makes the volume's directory (a tmpfs of its capacity mounted on it for fsTmpfs):
-// empty, or a copy of a snapshot or of another volume.
+// empty, or a copy of a snapshot or of another volume. A block volume's file is made by
+// fillBlock.
 func (p *plugin) fill(v *volume, source *csi.VolumeContentSource) error {
+	if v.Block {
+		return p.fillBlock(v, source)
+	}
 	dir := p.st.volumePath(v.ID)
 	if v.FsType == fsTmpfs {
 		if err := mountTmpfs(dir, v.Capacity); err != nil {
@@ -321,6 +398,84 @@ func (p *plugin) fill(v *volume, source *csi.VolumeContentSource) error {
 	return nil
 }
 
+// fillBlock makes a block volume's file, sparse, of its capacity: empty, or a copy of a
+// snapshot's file or of another block volume's, grown to the capacity; and attaches it to a
+// loop device. The caller has checked the source (checkSource).
+func (p *plugin) fillBlock(v *volume, source *csi.VolumeContentSource) error {
+	file := p.st.volumePath(v.ID)
+	var err error
+	switch {
+	case source.GetSnapshot() != nil:
+		_, err = copySparse(p.st.snapshotPath(source.GetSnapshot().GetSnapshotId()), file)
+	case source.GetVolume() != nil:
+		src := p.st.Volumes[source.GetVolume().GetVolumeId()]
+		if err := syncLoop(src.LoopDevice); err != nil && src.LoopDevice != "" {
+			log.Printf("volume %s: flushing %s before the copy: %v", src.ID, src.LoopDevice, err)
+		}
+		_, err = copySparse(p.st.volumePath(src.ID), file)
+	default:
+		err = makeImage(file, v.Capacity)
+	}
+	if err == nil {
+		err = os.Truncate(file, v.Capacity)
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if v.LoopDevice, err = attachLoop(file); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+// loopOf returns the block volume's loop device, attaching its file again when no device
+// is attached to it any more; the caller holds the store's lock.
+func (p *plugin) loopOf(v *volume) (string, error) {
+	dev, err := ensureLoop(p.st.volumePath(v.ID), v.LoopDevice)
+	if err != nil {
+		return "", fmt.Errorf("volume %s: %w", v.ID, err)
+	}
+	if dev != v.LoopDevice {
+		log.Printf("volume %s: its file is attached to %s (recorded: %q)", v.ID, dev, v.LoopDevice)
+		v.LoopDevice = dev
+		if err := p.st.save(); err != nil {
+			return "", err
+		}
+	}
+	return dev, nil
+}
+
+// reattachBlockVolumes finds the loop devices of the block volumes at start: a restarted
+// plugin (or node) may have lost them.
+func (p *plugin) reattachBlockVolumes() {
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	for _, v := range p.st.Volumes {
+		if !v.Block {
+			continue
+		}
+		if dev, err := p.loopOf(v); err != nil {
+			log.Printf("block volume %s has no loop device: %v", v.ID, err)
+		} else {
+			log.Printf("block volume %s is on %s", v.ID, dev)
+		}
+	}
+}
+
+// removeData removes a volume's directory (unmounting a tmpfs) or a block volume's file
+// (detaching its loop devices).
+func (p *plugin) removeData(v *volume) error {
+	path := p.st.volumePath(v.ID)
+	if v.Block {
+		if err := detachLoops(path, v.LoopDevice); err != nil {
+			return err
+		}
+	} else if err := unmountAll(path); err != nil {
+		return err
+	}
+	return os.RemoveAll(path)
+}
+
 func (p *plugin) created(v *volume, req *csi.CreateVolumeRequest) *csi.CreateVolumeResponse {
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           v.ID,
@@ -346,10 +501,7 @@ func (p *plugin) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 			"volume %s is still in use (attached to %q, staged at %q, published at %v)",
 			v.ID, v.AttachedTo, v.StagedAt, v.Published)
 	}
-	if err := unmountAll(p.st.volumePath(v.ID)); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := os.RemoveAll(p.st.volumePath(v.ID)); err != nil {
+	if err := p.removeData(v); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	delete(p.st.Volumes, v.ID)
@@ -363,7 +515,8 @@ func (p *plugin) ControllerPublishVolume(_ context.Context, req *csi.ControllerP
 	if req.GetVolumeId() == "" || req.GetNodeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id and node id are required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	block, err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	if err != nil {
 		return nil, err
 	}
 	if req.GetNodeId() != p.nodeID {
@@ -374,6 +527,9 @@ func (p *plugin) ControllerPublishVolume(_ context.Context, req *csi.ControllerP
 	v, ok := p.st.Volumes[req.GetVolumeId()]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
+	}
+	if err := checkKind(v, block); err != nil {
+		return nil, err
 	}
 	v.AttachedTo = req.GetNodeId()
 	if err := p.st.save(); err != nil {
@@ -410,10 +566,15 @@ func (p *plugin) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 	}
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
-	if _, ok := p.st.Volumes[req.GetVolumeId()]; !ok {
+	v, ok := p.st.Volumes[req.GetVolumeId()]
+	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	block, err := checkCapabilities(req.GetVolumeCapabilities())
+	if err == nil {
+		err = checkKind(v, block)
+	}
+	if err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil // not confirmed
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
@@ -446,12 +607,31 @@ func (p *plugin) ControllerExpandVolume(_ context.Context, req *csi.ControllerEx
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
 	}
 	if capacity > v.Capacity {
+		if v.Block {
+			if err := p.growBlock(v, capacity); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
 		v.Capacity = capacity
 		if err := p.st.save(); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.Capacity, NodeExpansionRequired: true}, nil
+	// A block volume is grown here, file and loop device: there is no file system for the
+	// node to grow.
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.Capacity, NodeExpansionRequired: !v.Block}, nil
+}
+
+// growBlock grows a block volume's file to `capacity` bytes and its loop device with it.
+func (p *plugin) growBlock(v *volume, capacity int64) error {
+	if err := os.Truncate(p.st.volumePath(v.ID), capacity); err != nil {
+		return err
+	}
+	dev, err := p.loopOf(v)
+	if err != nil {
+		return err
+	}
+	return growLoop(dev)
 }
 
 func (p *plugin) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
@@ -494,11 +674,22 @@ func (p *plugin) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 		}
 		return &csi.CreateSnapshotResponse{Snapshot: snapshotMessage(sn)}, nil
 	}
-	if _, ok := p.st.Volumes[req.GetSourceVolumeId()]; !ok {
+	src, ok := p.st.Volumes[req.GetSourceVolumeId()]
+	if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetSourceVolumeId())
 	}
-	sn := &snapshot{ID: newID(), Name: req.GetName(), Source: req.GetSourceVolumeId(), CreatedNs: time.Now().UnixNano()}
-	size, err := copyTree(p.st.volumePath(sn.Source), p.st.snapshotPath(sn.ID))
+	sn := &snapshot{ID: newID(), Name: req.GetName(), Source: src.ID, CreatedNs: time.Now().UnixNano(), Block: src.Block}
+	var size int64
+	var err error
+	if src.Block {
+		// a copy of the file, after what the device caches is written to it
+		if err := syncLoop(src.LoopDevice); err != nil && src.LoopDevice != "" {
+			log.Printf("volume %s: flushing %s before the snapshot: %v", src.ID, src.LoopDevice, err)
+		}
+		size, err = copySparse(p.st.volumePath(src.ID), p.st.snapshotPath(sn.ID))
+	} else {
+		size, err = copyTree(p.st.volumePath(src.ID), p.st.snapshotPath(sn.ID))
+	}
 	if err != nil {
 		_ = os.RemoveAll(p.st.snapshotPath(sn.ID))
 		return nil, status.Error(codes.Internal, err.Error())

@@ -12,14 +12,17 @@ import (
 )
 
 // volume is one provisioned (or inline ephemeral) volume: a directory under the data dir; with
-// fsType tmpfs, a tmpfs of the volume's capacity mounted on that directory.
+// fsType tmpfs, a tmpfs of the volume's capacity mounted on that directory. A block volume
+// (Block) is instead a sparse file of its capacity at that path, attached to LoopDevice.
 type volume struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name"`
-	Capacity  int64             `json:"capacity"`
-	FsType    string            `json:"fsType,omitempty"`
-	Ephemeral bool              `json:"ephemeral,omitempty"`
-	Mutable   map[string]string `json:"mutable,omitempty"`
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Capacity   int64             `json:"capacity"`
+	FsType     string            `json:"fsType,omitempty"`
+	Block      bool              `json:"block,omitempty"`
+	LoopDevice string            `json:"loopDevice,omitempty"`
+	Ephemeral  bool              `json:"ephemeral,omitempty"`
+	Mutable    map[string]string `json:"mutable,omitempty"`
 	// Lifecycle, for --check-volume-lifecycle: the node it is attached to, its staging path
 	// and the targets it is published at.
 	AttachedTo string          `json:"attachedTo,omitempty"`
@@ -27,13 +30,15 @@ type volume struct {
 	Published  map[string]bool `json:"published,omitempty"`
 }
 
-// snapshot is a copy of a volume's directory at one time.
+// snapshot is a copy of a volume's directory at one time; of a block volume (Block), a copy of
+// its file.
 type snapshot struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Source    string `json:"source"`
 	Size      int64  `json:"size"`
 	CreatedNs int64  `json:"createdNs"`
+	Block     bool   `json:"block,omitempty"`
 }
 
 // store keeps the volumes and snapshots in <dataDir>/state.json, so a restarted plugin knows
