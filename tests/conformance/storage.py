@@ -34,9 +34,6 @@ FOCUS = (
     r"|PersistentVolumes-local )"
 )
 BASE_SKIP = r"\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]"
-# The stand-in hostpath driver has no block volumes: its block patterns would each wait out
-# the claim's 5-minute binding timeout, on both nodes alike. Not selected, and said so.
-STANDIN_SKIP = r"\[Driver: csi-hostpath\] \[Testpattern: [^\]]*\(block volmode\)"
 FEATURES = frozenset({"VolumeAttributesClass"})
 HOSTPATH_MANIFEST = (
     "test/e2e/testing-manifests/storage-csi/hostpath/hostpath/csi-hostpath-plugin.yaml"
@@ -48,10 +45,9 @@ def skip_for(names: list[str] | set[str], allowed: frozenset[str] = FEATURES) ->
     """The ginkgo skip regexp: `BASE_SKIP` and every ``[Feature:X]`` in `names` that is not
     allowed (RE2 has no look-ahead, so the tags to skip are listed)."""
     tags = sorted({t for n in names for t in re.findall(r"\[Feature:([^\]]+)\]", n)} - allowed)
-    skip = f"{BASE_SKIP}|{STANDIN_SKIP}"
     if not tags:
-        return skip
-    return skip + r"|\[Feature:(" + "|".join(re.escape(t) for t in tags) + r")\]"
+        return BASE_SKIP
+    return BASE_SKIP + r"|\[Feature:(" + "|".join(re.escape(t) for t in tags) + r")\]"
 
 
 def selected_names(

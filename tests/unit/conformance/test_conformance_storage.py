@@ -21,16 +21,14 @@ def test_skip_lists_every_feature_but_the_allowed_ones() -> None:
     assert sorted(kept) == sorted(
         n for n in names if "Feature:" not in n or "VolumeAttributesClass" in n
     )
-    assert (
-        storage.skip_for({"[sig-storage] no tags"}) == f"{storage.BASE_SKIP}|{storage.STANDIN_SKIP}"
-    )
+    assert storage.skip_for({"[sig-storage] no tags"}) == storage.BASE_SKIP
 
 
-def test_the_stand_ins_block_patterns_are_not_selected() -> None:
+def test_block_patterns_are_selected_for_both_drivers() -> None:
     skip = re.compile(storage.skip_for(set()))
     csi = "[sig-storage] CSI Volumes [Driver: csi-hostpath] [Testpattern: Dynamic PV "
-    assert skip.search(csi + "(block volmode)(allowExpansion)] volume-expand x")
-    assert skip.search(csi + "(block volmode)] volumes should store data")
+    assert not skip.search(csi + "(block volmode)(allowExpansion)] volume-expand x")
+    assert not skip.search(csi + "(block volmode)] volumes should store data")
     assert not skip.search(csi + "(default fs)] volumes should store data")
     local = "[sig-storage] In-tree Volumes [Driver: local][LocalVolumeType: block] "
     assert not skip.search(local + "[Testpattern: Pre-provisioned PV (block volmode)] volumes x")
