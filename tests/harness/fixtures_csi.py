@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import pytest
 from harness import csi_hostpath as driver_objects
-from harness import kubeconfig
+from harness import kubeconfig, loops
 from harness.controlplane import ControlPlane
 from harness.fixtures_runtime import RuntimeEnv
 
@@ -175,3 +175,4 @@ def csi_hostpath(
         yield driver
     finally:
         driver.remove()
+        loops.detach_below(driver.data_dir)  # block volumes a failed test did not delete

@@ -26,6 +26,7 @@ from harness import (
     coredns,
     csi_hostpath,
     join_up,
+    loops,
     metrics_server,
     node_up,
     runtime_up,
@@ -107,7 +108,9 @@ def teardown(directory: Path, state: dict[str, Any] | None) -> None:
         node_up.stop(state.get("node"))
         runtime_up.stop(state.get("runtime"))
         stop_recorded(state.get("control_plane", {}))
-    # A pod's volumes (tmpfs) stay mounted when the agent stops before tearing them down.
+    # A pod's volumes (tmpfs) stay mounted when the agent stops before tearing them down; the
+    # hostpath driver's block volumes stay attached to loop devices when their claims remain.
+    loops.detach_below(directory)
     unmount_and_remove(directory)
 
 
