@@ -437,6 +437,39 @@ def restarted(
 # --- the Lease has no gap longer than the outage that caused it -----------------------------------
 
 
+@dataclass(frozen=True)
+class _Gap:
+    end: float
+    length: float
+    allowed: float
+    cause: str
+    seen: float
+    """How much of the gap the checker saw with the earlier renewal still in place: from it to
+    the checker's last read before the later one (the whole gap without recorded reads)."""
+
+
+def _gaps(
+    node: str,
+    renewals: Sequence[float],
+    outages: Sequence[Window],
+    *,
+    interval: float,
+    slack: float,
+    request_timeout: float,
+    looked: Sequence[float],
+) -> Iterable[_Gap]:
+    times = sorted(set(renewals))
+    reads = sorted(looked)
+    for a, b in itertools.pairwise(times):
+        overlapping = [w for w in outages if w.covers(node) and w.overlaps(a, b)]
+        outage = sum(min(w.end, b) - max(w.start, a) for w in overlapping)
+        allowed = interval + slack + (outage + request_timeout if overlapping else 0.0)
+        cause = ", ".join(sorted({w.kind for w in overlapping})) or "no fault"
+        before = [t for t in reads if a <= t < b]
+        seen = (before[-1] - a) if before else (b - a)
+        yield _Gap(b, b - a, allowed, cause, seen)
+
+
 def lease_gaps(
     node: str,
     renewals: Sequence[float],
@@ -451,39 +484,42 @@ def lease_gaps(
     or, where an outage of this node (or the cluster) overlaps the gap, longer than the
     outage plus the interval, one request timeout (a renewal sent during the outage waits it
     out after it, on the kubelet as on nodeagent) and slack. Also returns every gap (for the
-    report). ``looked``: when the checker read the Leases; a violation says how long it did not
-    look within the gap (the checker keeps only the latest renewTime it reads, so a pause of its
-    own longer than an interval can hide a renewal)."""
-    times = sorted(set(renewals))
+    report).
+
+    ``looked``: when the checker read the Leases. It keeps only the latest renewTime it reads,
+    so a renewal made after its last read that still showed the earlier one, and replaced by
+    the later one before its next read, is never seen: such a gap is judged only as far as it
+    was seen, from the earlier renewal to that last read (`unseen_lease_gaps` names the rest).
+    Without recorded reads the whole gap is judged."""
+    args = {"interval": interval, "slack": slack, "request_timeout": request_timeout}
     out, gaps = [], []
-    for a, b in itertools.pairwise(times):
-        gap = b - a
-        gaps.append(gap)
-        overlapping = [w for w in outages if w.covers(node) and w.overlaps(a, b)]
-        outage = sum(min(w.end, b) - max(w.start, a) for w in overlapping)
-        allowed = interval + slack + (outage + request_timeout if overlapping else 0.0)
-        if gap > allowed:
-            cause = ", ".join(sorted({w.kind for w in overlapping})) or "no fault"
-            blind = _longest_pause(looked, a, b)
-            unseen = f"; the checker did not look for {blind:.1f}s of it" if blind > 0 else ""
-            out.append(
-                Violation(
-                    b,
-                    "lease-gap",
-                    node,
-                    f"{gap:.1f}s without a renewal (allowed {allowed:.1f}s; {cause}){unseen}",
-                )
-            )
+    for g in _gaps(node, renewals, outages, looked=looked, **args):
+        gaps.append(g.length)
+        if g.length > g.allowed and g.seen > g.allowed:
+            detail = f"{g.length:.1f}s without a renewal (allowed {g.allowed:.1f}s; {g.cause})"
+            out.append(Violation(g.end, "lease-gap", node, detail))
     return out, gaps
 
 
-def _longest_pause(looked: Sequence[float], start: float, end: float) -> float:
-    """The longest stretch of [start, end] between two reads of the Leases (0 without reads)."""
-    if not looked:
-        return 0.0
-    inside = [t for t in sorted(looked) if start < t < end]
-    edges = [start, *inside, end]
-    return max(b - a for a, b in itertools.pairwise(edges))
+def unseen_lease_gaps(
+    node: str,
+    renewals: Sequence[float],
+    outages: Sequence[Window],
+    *,
+    looked: Sequence[float],
+    interval: float = LEASE_INTERVAL,
+    slack: float = LEASE_SLACK,
+    request_timeout: float = LEASE_REQUEST_TIMEOUT,
+) -> list[str]:
+    """The gaps over their bound that `lease_gaps` could not judge, said for the log."""
+    args = {"interval": interval, "slack": slack, "request_timeout": request_timeout}
+    return [
+        f"{node}: {g.length:.1f}s between renewals (allowed {g.allowed:.1f}s; {g.cause}), but "
+        f"the checker's last look before the later one was {g.seen:.1f}s after the earlier "
+        "one: a renewal in between cannot be told from none"
+        for g in _gaps(node, renewals, outages, looked=looked, **args)
+        if g.length > g.allowed and g.seen <= g.allowed
+    ]
 
 
 # --- the agent's RSS has no upward slope ----------------------------------------------------------

@@ -401,6 +401,10 @@ class Soak:
         for node in self.nodes:
             bad, _ = inv.lease_gaps(node, self.renewals[node], windows, looked=self.leases_read)
             self.violate(bad)
+            for note in inv.unseen_lease_gaps(
+                node, self.renewals[node], windows, looked=self.leases_read
+            ):
+                self.log(f"lease gap not judged: {note}")
             samples = [inv.RssSample(t, pid, rss) for t, pid, rss, _ in self.usage[f"{node}/agent"]]
             self.violate(inv.rss_growth(node, now, samples))
         self.violate(inv.traffic_to_unready(self.hits, self.readiness, windows))

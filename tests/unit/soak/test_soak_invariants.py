@@ -3,6 +3,7 @@ finds the fault planted in a dirty one."""
 
 from __future__ import annotations
 
+import pytest
 from soak import invariants as inv
 from soak.invariants import (
     ApiNode,
@@ -234,16 +235,23 @@ def test_traffic_just_after_the_control_plane_returned_is_not_the_nodes() -> Non
     assert len(inv.traffic_to_unready(hits, readiness, [on_the_node])) == 2
 
 
-def test_a_lease_gap_says_how_long_the_checker_did_not_look_within_it() -> None:
+def test_a_lease_gap_is_judged_only_as_far_as_the_checker_saw_it() -> None:
     renewals = [100.0, 110.0, 130.2, 140.0]
-    looked = [101.0, 103.0, 111.0, 113.0, 131.0]  # nothing read from 113 to the renewal at 130.2
-
-    bad, _ = inv.lease_gaps("node-2", renewals, [], looked=looked)
-
-    [gap] = bad
-    assert gap.detail == (
-        "20.2s without a renewal (allowed 15.0s; no fault); "
-        "the checker did not look for 17.2s of it"
-    )
-    bad, _ = inv.lease_gaps("node-2", renewals, [])  # no reads recorded: said as before
+    # the checker saw 110 until its read at 119, then nothing until 131: a renewal at ~120,
+    # replaced by the one at 130.2 before 131, would never have been seen (soak, 12:28)
+    looked = [101.0, 111.0, 113.0, 116.0, 119.0, 131.0]
+    bad, gaps = inv.lease_gaps("node-2", renewals, [], looked=looked)
+    assert bad == [] and gaps == pytest.approx([10.0, 20.2, 9.8])
+    assert inv.unseen_lease_gaps("node-2", renewals, [], looked=looked) == [
+        "node-2: 20.2s between renewals (allowed 15.0s; no fault), but the checker's last look "
+        "before the later one was 9.0s after the earlier one: a renewal in between cannot be "
+        "told from none"
+    ]
+    # seen past the bound with the earlier renewal still in place: a gap for sure
+    looked = [101.0, 111.0, 119.0, 126.0, 131.0]
+    [v] = inv.lease_gaps("node-2", renewals, [], looked=looked)[0]
+    assert v.detail == "20.2s without a renewal (allowed 15.0s; no fault)"
+    assert inv.unseen_lease_gaps("node-2", renewals, [], looked=looked) == []
+    # no reads recorded: the whole gap is judged, as before
+    bad, _ = inv.lease_gaps("node-2", renewals, [])
     assert [v.detail for v in bad] == ["20.2s without a renewal (allowed 15.0s; no fault)"]
