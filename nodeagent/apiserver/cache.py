@@ -20,9 +20,9 @@ from collections.abc import Callable
 from nodeagent.apiserver.backoff import Backoff
 from nodeagent.apiserver.errors import ApiError, Forbidden, Gone
 from nodeagent.apiserver.interface import Api, WatchEvent
+from nodeagent.apiserver.reachability import sleep_or_answer
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
-from nodeagent.tasks import cancel_and_wait
 
 Key = tuple[str, str]
 MIN_WATCH_TIMEOUT = 300
@@ -147,12 +147,7 @@ class WatchCache:
     async def _pause(self, delay: float) -> None:
         """Sleep out the back-off, or until the apiserver answers another call after an
         outage; then a random part of ``RECONNECT_SPREAD_S`` more."""
-        back = asyncio.ensure_future(self._api.answered_again())
-        try:
-            done, _ = await asyncio.wait({back}, timeout=delay)
-        finally:
-            await cancel_and_wait(back)
-        if done:
+        if await sleep_or_answer(delay, self._api.answered_again):
             self._log.v(2).info("The apiserver answers again; retrying now")
             await asyncio.sleep(min(delay, RECONNECT_SPREAD_S) * self._rand())
 

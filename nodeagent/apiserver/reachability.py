@@ -4,7 +4,8 @@ A watch cache that lost the apiserver sleeps out its back-off (0.8 s doubling to
 client-go's reflector) before it tries again, so after an outage of a minute or two the node saw
 changes up to 30 s after the apiserver was back (a 68 s apiserver stop in the soak: every watch
 came back 15 s after the apiserver did). Calls that retry sooner (the Lease's, every 7 s at most;
-pod and node status) see the apiserver first: their answer ends the caches' sleep.
+pod and node status) see the apiserver first: their answer ends the caches' sleep, and the pod
+status manager's (its retries back off to 10 s): :func:`sleep_or_answer`.
 
 "Away" is a call that ended in an error worth retrying unchanged (:func:`.errors.retryable`: a
 transport failure, a timeout, a 5xx, a 429); any other outcome is an answer (a 404 is one).
@@ -15,8 +16,10 @@ whose call failed while others still got answers sleeps out its back-off.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from nodeagent.apiserver.errors import ApiError, retryable
+from nodeagent.tasks import cancel_and_wait
 
 
 class Reachability:
@@ -41,3 +44,14 @@ class Reachability:
         if self._back is None:
             self._back = asyncio.Event()
         await self._back.wait()
+
+
+async def sleep_or_answer(delay: float, answered_again: Callable[[], Awaitable[None]]) -> bool:
+    """Sleep ``delay`` seconds, or until ``answered_again()`` returns (the apiserver answers
+    after an outage), whichever is first; True when the answer came."""
+    back = asyncio.ensure_future(answered_again())
+    try:
+        done, _ = await asyncio.wait({back}, timeout=delay)
+    finally:
+        await cancel_and_wait(back)
+    return bool(done)

@@ -171,6 +171,7 @@ def wire_pods(
     status = StatusManager(
         api=mirror_status if mirror_status is not None else server,
         deleter=deleter or PlainDeleter(api=server),
+        answered_again=server.answered_again,
     )
     # resize admission counts the pods admission counts (the kubelet's GetActivePods)
     loop_ref: list[SyncLoop] = []

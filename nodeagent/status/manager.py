@@ -4,11 +4,12 @@ changed (a strategic merge patch whose conditions are only the agent's own: see
 
 Pod workers call :meth:`StatusManager.set_status` after every sync (cheap, never blocks);
 ``run()`` sends what changed, newest status only, retrying failed calls with back-off
-(0.5s doubling to 10s). A pod whose API status others changed in a condition the agent
-reports (the node lifecycle controller's Ready False on a node it lost) gets the agent's
-status again (:meth:`StatusManager.reconcile`, the kubelet's reconcile). A status patch
-carries the pod's uid, so a pod deleted and recreated under the same name is never given the
-old pod's status.
+(0.5s doubling to 10s), and at once when another call of the agent gets the apiserver's answer
+after an outage (``answered_again``: the Lease retries every 7 s at most). A pod whose API
+status others changed in a condition the agent reports (the node lifecycle controller's Ready
+False on a node it lost) gets the agent's status again (:meth:`StatusManager.reconcile`, the
+kubelet's reconcile). A status patch carries the pod's uid, so a pod deleted and recreated
+under the same name is never given the old pod's status.
 Once a terminated pod's last status is sent, :meth:`delete_pod` removes the API object, as
 the kubelet's status manager does once a pod ``canBeDeleted``.
 """
@@ -16,10 +17,12 @@ the kubelet's status manager does once a pod ``canBeDeleted``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from nodeagent.apiserver import PODS, Api, ApiError, Conflict, NotFound, PatchType
+from nodeagent.apiserver.reachability import sleep_or_answer
 from nodeagent.apiserver.resources import Obj, Resource
 from nodeagent.log import Logger, get_logger
 from nodeagent.podspec import Pod
@@ -149,10 +152,16 @@ class _Entry:
 
 class StatusManager:
     def __init__(
-        self, *, api: StatusPatcher, deleter: PodDeleter, log: Logger | None = None
+        self,
+        *,
+        api: StatusPatcher,
+        deleter: PodDeleter,
+        answered_again: Callable[[], Awaitable[None]] | None = None,
+        log: Logger | None = None,
     ) -> None:
         self._api = api
         self._deleter = deleter
+        self._answered_again = answered_again
         self._log = log or get_logger("status")
         self._pods: dict[str, _Entry] = {}
         self._wake = asyncio.Event()
@@ -222,7 +231,10 @@ class StatusManager:
                 delay = RETRY_INITIAL
                 continue
             self._wake.set()
-            await asyncio.sleep(delay)
+            if self._answered_again is None:
+                await asyncio.sleep(delay)
+            elif await sleep_or_answer(delay, self._answered_again):
+                self._log.v(2).info("The apiserver answers again; sending pod statuses now")
             delay = min(delay * 2, RETRY_MAX)
 
     async def sync_once(self) -> bool:
