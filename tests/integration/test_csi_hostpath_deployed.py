@@ -12,6 +12,11 @@ detached) and back to 1, it reads it again; the claim is expanded online. Once t
 StatefulSet and its claims are deleted, nothing is left mounted below the root dir but the
 plugin's own container volumes, and the provisioner deletes the volume.
 
+The same StatefulSet with a claim of ``volumeMode: Block``: the driver makes a loop device, the
+container sees it as ``/dev/xvda`` (``volumeDevices``) and writes to it; its successor reads
+what the first wrote; nothing is mounted in the pod; once the app is gone the agent has
+unpublished and unstaged it and removed its links and records.
+
 The agent killed (SIGKILL) in the middle of a NodePublishVolume, with the driver in its pod on
 the same node: once the agent is back, the driver's containers are the same, the plugin is
 registered again, and nothing of the abandoned publish is left mounted. (A kill in the middle
@@ -340,3 +345,101 @@ async def test_agent_killed_mid_publish_beside_make_ups_driver_leaves_no_mount_a
         finally:
             delete_app(control_plane, ns, "second")
         await app_gone(control_plane, csi_hostpath, deployed, plugin_uid, pv)
+
+
+# What the block volume held, then this pod's line in its first 512 bytes (one write of the
+# whole line into the pipe: dd's conv=sync pads every read it gets to a block).
+BLOCK_WRITER = (
+    "prev=$(head -c 512 /dev/xvda | tr -d '\\000'); "
+    'line="$POD_UID saw ${prev:-nothing}"; '
+    'printf %s "$line" | dd of=/dev/xvda bs=512 conv=notrunc,sync 2>/dev/null; '
+    "sleep 3600"
+)
+
+
+def block_statefulset(namespace: str) -> dict[str, Any]:
+    """``web`` with a Block claim of the default class, mapped at ``/dev/xvda``."""
+    obj = default_class_statefulset(namespace)
+    (app,) = obj["spec"]["template"]["spec"]["containers"]
+    app["command"] = ["sh", "-c", BLOCK_WRITER]
+    del app["volumeMounts"]
+    app["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
+    template = obj["spec"]["volumeClaimTemplates"][0]["spec"]
+    template["volumeMode"] = "Block"
+    template["resources"]["requests"]["storage"] = "64Mi"
+    return obj
+
+
+def device_line(device: Path) -> str:
+    """The text in the first 512 bytes of the block device published at ``device`` (read
+    from the node, as root), "" while it cannot be read."""
+    try:
+        with device.open("rb") as f:
+            return f.read(512).rstrip(b"\0").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_make_ups_driver_maps_a_block_claim_that_keeps_its_data(
+    control_plane: ControlPlane,
+    containerd: RuntimeEnv,
+    csi_hostpath: CSIHostpath,
+    tmp_path: Path,
+    root: Path,
+) -> None:
+    async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
+        ns = node.namespace
+        node.start()
+        await wait_ready(control_plane, node, status="True", within=90)
+        deployed = await csi_hostpath.deploy(node)
+        plugin_uid = running_uid(control_plane, ns, deployed.pod)
+        assert plugin_uid is not None
+        devices = root / "plugins" / "kubernetes.io" / "csi" / "volumeDevices"
+        try:
+            apply(control_plane, block_statefulset(ns))
+            first = await until(
+                "web-0 Running",
+                lambda: running_uid(control_plane, ns, "web-0"),
+                within=180,
+                every=0.5,
+                explain=lambda: (node.log_tail(2000), csi_hostpath.explain(deployed)),
+            )
+            pv = claim_of(control_plane, ns, "data-web-0")["spec"]["volumeName"]
+            link = root / "pods" / str(first) / "volumeDevices" / CSI_DIR / pv
+            published = devices / "publish" / pv / str(first)
+            assert os.readlink(link) == str(published)
+            line = await until(
+                "web-0's line on the device", lambda: device_line(published), within=30
+            )
+            assert line == f"{first} saw nothing"
+            assert (devices / "staging" / pv).is_dir()
+            pod_dir = str((root / "pods" / str(first)).resolve())
+            in_pod = [m for m in app_mounts(root, plugin_uid) if m.startswith(pod_dir)]
+            assert not [m for m in in_pod if CSI_DIR in m], in_pod  # mapped, not mounted
+
+            control_plane.kubectl("delete", "pod", "web-0", "-n", ns)
+            second = await until(
+                "web-0 Running again",
+                lambda: (uid := running_uid(control_plane, ns, "web-0")) != first and uid,
+                within=180,
+                every=0.5,
+                explain=lambda: (node.log_tail(2000), csi_hostpath.explain(deployed)),
+            )
+            line = await until(
+                "the new web-0's line on the device",
+                lambda: (
+                    (got := device_line(devices / "publish" / pv / str(second))).startswith(
+                        str(second)
+                    )
+                    and got
+                ),
+                within=30,
+            )
+            assert line == f"{second} saw {first} saw nothing"
+            await until("the first pod's link gone", lambda: not os.path.lexists(link), within=30)
+            assert "Traceback" not in node.log_text(), node.log_tail()
+        finally:
+            delete_app(control_plane, ns)
+        await app_gone(control_plane, csi_hostpath, deployed, plugin_uid, pv)
+        left = {p.relative_to(devices) for p in devices.rglob("*")} if devices.exists() else set()
+        assert left <= {Path("staging"), Path("publish")}, left
