@@ -83,7 +83,11 @@ def staged(root_dir: str) -> list[tuple[Path, str, str]]:
     out: list[tuple[Path, str, str]] = []
     base = paths.plugin_dir(root_dir)
     try:
-        drivers = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
+        drivers = [
+            e
+            for e in os.scandir(base)
+            if e.is_dir(follow_symlinks=False) and e.name != paths.DEVICES  # block volumes'
+        ]
     except FileNotFoundError:
         return out
     for driver in drivers:
@@ -144,17 +148,31 @@ def pod_block_links(root_dir: str, uid: str) -> list[str]:
         return []
 
 
-def block_in_use(root_dir: str, spec_name: str) -> bool:
-    """Some pod still links to the block volume, or is still published with it."""
+def blocks_in_use(root_dir: str) -> set[str]:
+    """The block volumes (escaped spec names) some pod still links to or is still published
+    with: each pod's links and each publish directory read once."""
+    used: set[str] = set()
     pods = Path(root_dir) / "pods"
     try:
         uids = [e.name for e in os.scandir(pods) if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         uids = []
-    if any(os.path.lexists(paths.pod_device_link(root_dir, u, spec_name)) for u in uids):
-        return True
+    for uid in uids:
+        used.update(pod_block_links(root_dir, uid))
     try:
-        return any(True for _ in os.scandir(paths.block_publish_dir(root_dir, spec_name)))
+        published = list(os.scandir(paths.device_dir(root_dir) / paths.PUBLISH))
+    except FileNotFoundError:
+        return used
+    for entry in published:
+        if entry.is_dir(follow_symlinks=False) and _has_entries(entry.path):
+            used.add(entry.name)
+    return used
+
+
+def _has_entries(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is not None
     except FileNotFoundError:
         return False
 

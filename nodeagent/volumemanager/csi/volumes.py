@@ -576,12 +576,14 @@ class CsiVolumePlugin:
     async def _clean_staged_blocks(self) -> bool:
         """Unstage every block volume no pod links to; False when one could not be."""
         done = True
-        for block in await asyncio.to_thread(records.block_volumes, self._root):
+        blocks = await asyncio.to_thread(records.block_volumes, self._root)
+        if not blocks:
+            return True
+        in_use = await asyncio.to_thread(records.blocks_in_use, self._root)
+        for block in blocks:
             key = (block.driver, block.handle)
             staged = self._staged.get(key)
-            if staged is not None and staged.users:
-                continue
-            if await asyncio.to_thread(records.block_in_use, self._root, block.spec_name):
+            if (staged is not None and staged.users) or block.spec_name in in_use:
                 continue
             target = paths.block_staging_path(self._root, block.spec_name)
             staged_on_disk: bool = await asyncio.to_thread(os.path.lexists, target)
