@@ -162,6 +162,19 @@ async def app_gone(
     assert not attachments(control_plane, pv)
 
 
+async def driver_on(
+    control_plane: ControlPlane, node: AgentNode, csi_hostpath: CSIHostpath
+) -> tuple[Deployed, str]:
+    """Start the node, wait for it Ready, deploy make up's driver on it; the deployment and
+    the driver pod's uid."""
+    node.start()
+    await wait_ready(control_plane, node, status="True", within=90)
+    deployed = await csi_hostpath.deploy(node)
+    plugin_uid = running_uid(control_plane, node.namespace, deployed.pod)
+    assert plugin_uid is not None
+    return deployed, plugin_uid
+
+
 async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_online(
     control_plane: ControlPlane,
     containerd: RuntimeEnv,
@@ -171,11 +184,7 @@ async def test_make_ups_driver_keeps_a_statefulsets_data_and_grows_its_claim_onl
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
         ns = ("-n", node.namespace)
-        node.start()
-        await wait_ready(control_plane, node, status="True", within=90)
-        deployed = await csi_hostpath.deploy(node)
-        plugin_uid = running_uid(control_plane, node.namespace, deployed.pod)
-        assert plugin_uid is not None
+        deployed, plugin_uid = await driver_on(control_plane, node, csi_hostpath)
         try:
             apply(control_plane, default_class_statefulset(node.namespace))
             first = await web_started(node, control_plane, csi_hostpath, deployed, 1)
@@ -278,11 +287,7 @@ async def test_agent_killed_mid_publish_beside_make_ups_driver_leaves_no_mount_a
     unstages and detaches it as before."""
     async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
         ns = node.namespace
-        node.start()
-        await wait_ready(control_plane, node, status="True", within=90)
-        deployed = await csi_hostpath.deploy(node)
-        plugin_uid = running_uid(control_plane, ns, deployed.pod)
-        assert plugin_uid is not None
+        deployed, plugin_uid = await driver_on(control_plane, node, csi_hostpath)
         driver_containers = containers_of(control_plane, ns, deployed.pod)
         plugin_id = driver_containers["hostpath"][0].removeprefix("containerd://")
         plugin_pid = await container_pid(containerd.endpoint, plugin_id)
@@ -389,11 +394,7 @@ async def test_make_ups_driver_maps_a_block_claim_that_keeps_its_data(
 ) -> None:
     async with agent_node(control_plane, tmp_path, containerd.endpoint, root_dir=root) as node:
         ns = node.namespace
-        node.start()
-        await wait_ready(control_plane, node, status="True", within=90)
-        deployed = await csi_hostpath.deploy(node)
-        plugin_uid = running_uid(control_plane, ns, deployed.pod)
-        assert plugin_uid is not None
+        deployed, plugin_uid = await driver_on(control_plane, node, csi_hostpath)
         devices = root / "plugins" / "kubernetes.io" / "csi" / "volumeDevices"
         try:
             apply(control_plane, block_statefulset(ns))
