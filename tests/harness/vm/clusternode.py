@@ -12,9 +12,10 @@ with the printed join command, its pod network from the cluster's CNI DaemonSet 
   as its public one, so its VXLAN runs over this link. The apiserver and the registry are at
   198.18.0.1 on the host, reached directly (no relay, no DNAT). qemu's user-mode NIC stays
   (nothing is routed through it any more). Set by ``ip``: it survives no guest reboot.
-- images (:func:`use_registry`): containerd's ``config_path`` with one ``hosts.toml`` per
-  upstream registry (``harness.mirrors``), so ``busybox``, flannel's images and the sandbox's
-  pause image are pulled from the cluster's registry as on the netns nodes.
+- images (:func:`put_registry_hosts`): one ``hosts.toml`` per upstream registry
+  (``harness.mirrors``), installed by ``provision.sh --registry-hosts`` as containerd's
+  ``config_path``, so ``busybox``, flannel's images and the sandbox's pause image are pulled
+  from the cluster's registry as on the netns nodes.
 - the join: ``provision.sh --join`` with ``--no-pod-network`` (no fallback bridge network:
   flannel's DaemonSet writes ``/etc/cni/net.d/10-flannel.conflist`` and copies its plugin into
   ``/opt/cni/bin``, the link to Debian's ``/usr/lib/cni``; until then the Node is NotReady with
@@ -35,12 +36,7 @@ from harness.vm.machine import Machine
 from harness.vm.rootfs import GATEWAY_IP
 
 LINK_MAC: Final = "52:54:00:6e:61:02"  # the guest's NIC on the cluster link
-CERTS_DIR: Final = "/etc/containerd/certs.d"
-CONTAINERD_CONFIG: Final = "/etc/containerd/config.toml"
-# Appended to Debian's config.toml (which defines no registry table, so this is valid TOML).
-REGISTRY_TABLE: Final = (
-    f'\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "{CERTS_DIR}"\n'
-)
+REGISTRY_HOSTS: Final = "/root/provision/registry-hosts"  # provision.sh --registry-hosts
 
 
 def link_script(addr: nodenet.NodeAddr, mac: str = LINK_MAC) -> str:
@@ -68,15 +64,13 @@ def link_guest(vm: Machine, addr: nodenet.NodeAddr) -> str:
     return vm.check(link_script(addr)).strip()
 
 
-def use_registry(vm: Machine, registry_host: str) -> None:
-    """containerd in the guest pulls every mirrored registry's images from `registry_host`."""
+def put_registry_hosts(vm: Machine, registry_host: str) -> str:
+    """Hosts files that send every mirrored registry to `registry_host`, put in the guest for
+    ``provision.sh --registry-hosts``; returns their directory."""
     for upstream in mirrors.MIRRORED_REGISTRIES:
         text = mirrors.render_hosts_toml(upstream, registry_host)
-        vm.put(f"{CERTS_DIR}/{upstream}/hosts.toml", text.encode())
-    have = vm.run(f"grep -q '^ *config_path' {CONTAINERD_CONFIG}").rc == 0
-    if not have:
-        vm.check(f"cat >> {CONTAINERD_CONFIG}", input=REGISTRY_TABLE.encode())
-    vm.check("systemctl restart containerd", timeout=120)
+        vm.put(f"{REGISTRY_HOSTS}/{upstream}/hosts.toml", text.encode())
+    return REGISTRY_HOSTS
 
 
 def join_cluster(
@@ -91,10 +85,10 @@ def join_cluster(
     """Link the guest, point its containerd at the registry, and join it as `node` with the
     cluster's printed join command; returns provision.sh's output."""
     link_guest(vm, addr)
-    use_registry(vm, registry_host)
+    hosts = put_registry_hosts(vm, registry_host)
     command = plane.join_command().split()
     assert command[:2] == ["nodeagent", "join"], command
     return provision(
         vm, deb, "--join", " ".join(command[2:]), "--node-name", node, "--node-ip", addr.ip,
-        "--no-pod-network", timeout=JOIN_TIMEOUT_S,
+        "--no-pod-network", "--registry-hosts", hosts, timeout=JOIN_TIMEOUT_S,
     )  # fmt: skip

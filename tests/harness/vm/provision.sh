@@ -7,7 +7,7 @@
 #   provision.sh --deb FILE [--kubeconfig FILE | --join "ENDPOINT --token ... --discovery-..."]
 #                [--config FILE] [--node-name NAME] [--node-ip IP] [--extra-args "FLAGS"]
 #                [--swap-size SIZE] [--apt-update] [--pod-subnet CIDR | --no-pod-network]
-#                [--no-start]
+#                [--registry-hosts DIR] [--no-start]
 #
 #   --deb          the package to install (apt resolves its dependencies; in the test VM they are
 #                  already in the image, so nothing is downloaded)
@@ -26,15 +26,21 @@
 #   --pod-subnet   the bridge pod network written when no CNI config exists (default 10.244.0.0/24)
 #   --no-pod-network  write no pod network: the cluster's CNI DaemonSet (flannel) installs its
 #                  own config and plugin, as on a kubeadm node; until then the node is NotReady
+#   --registry-hosts  containerd's registry hosts: DIR holds <registry>/hosts.toml files (the
+#                  mirrors a cluster's nodes use, e.g. a local registry for docker.io and
+#                  registry.k8s.io); installed as /etc/containerd/certs.d, named by containerd's
+#                  config_path, containerd restarted
 #   --no-start     install and configure only
 set -euo pipefail
 
 deb="" kubeconfig="" join="" config="" node_name="" node_ip="" extra_args="" swap_size=256M
-apt_update=0 start=1 pod_subnet=10.244.0.0/24 pod_network=1
+apt_update=0 start=1 pod_subnet=10.244.0.0/24 pod_network=1 registry_hosts=""
 SWAP_FILE=/swapfile
 ETC=/etc/nodeagent
 DEFAULTS=/etc/default/nodeagent
 REQUIRED_CONTROLLERS="cpu cpuset io memory pids"
+CERTS_DIR=/etc/containerd/certs.d
+CONTAINERD_CONFIG=/etc/containerd/config.toml
 
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 log() { printf 'provision: %s\n' "$*"; }
@@ -52,6 +58,7 @@ while (($#)); do
         --apt-update) apt_update=1 ;;
         --pod-subnet) pod_subnet=$2; shift ;;
         --no-pod-network) pod_network=0 ;;
+        --registry-hosts) registry_hosts=$2; shift ;;
         --no-start) start=0 ;;
         *) die "unknown argument: $1" ;;
     esac
@@ -61,6 +68,8 @@ done
 [[ -f $deb ]] || die "no such package: $deb"
 [[ $(id -u) == 0 ]] || die "must run as root"
 [[ -z $join || -z $kubeconfig ]] || die "--kubeconfig and --join exclude each other"
+[[ -z $registry_hosts || -d $registry_hosts ]] ||
+    die "--registry-hosts: no such directory: $registry_hosts"
 
 check_host() {
     [[ -d /run/systemd/system ]] || die "systemd is not PID 1 on this host"
@@ -160,6 +169,21 @@ install_package() {
     log "installed $(dpkg-query -W -f='${Package} ${Version}' nodeagent)"
 }
 
+# containerd pulls through the registry hosts given (after the package: a host without
+# containerd gets it as the .deb's dependency). Debian's config.toml defines no registry table,
+# so one appended is valid TOML.
+use_registry_hosts() {
+    [[ -n $registry_hosts ]] || return 0
+    install -d -m 0755 "$CERTS_DIR"
+    cp -rT "$registry_hosts" "$CERTS_DIR"
+    if ! grep -q '^ *config_path' "$CONTAINERD_CONFIG" 2>/dev/null; then
+        printf '\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' \
+            "$CERTS_DIR" >>"$CONTAINERD_CONFIG"
+    fi
+    systemctl restart containerd
+    log "containerd pulls through $CERTS_DIR: $(cd "$CERTS_DIR" && echo */ | tr -d /)"
+}
+
 configure() {
     install -d -m 0755 "$ETC"
     [[ -z $config ]] || install -m 0644 "$config" "$ETC/config.yaml"
@@ -240,5 +264,6 @@ ensure_swap
 ensure_pod_network
 [[ -z $join ]] || reset_agent
 install_package
+use_registry_hosts
 configure
 if [[ -n $join ]]; then join_cluster; else start_service; fi
