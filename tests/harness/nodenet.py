@@ -16,6 +16,12 @@ link to any other interface (`guard_table`, an nft table in the root namespace),
 a node leaves the machine. The host forwards between node links, so `ip_forward` is on while a
 cluster runs; `remove` puts back the value it found when no other cluster is left.
 
+A libvirt VM joins as one more node on `ROUTED_VM_NETWORK` (the Vagrantfile's
+`NODEAGENT_LIBVIRT_NETWORK=routed`: libvirt's forward mode `route`, no NAT, a `virbr*` bridge
+of libvirt's naming): the guard lets node links and that network's addresses on a `virbr*`
+bridge reach each other, and drops anything else the network sends through the host, so the
+VM's packets stay on this machine too.
+
 `K` is the cluster's index: 0 is `make up`'s, a test fixture leases another (`lease`), so a
 `make up` cluster and test clusters of several sessions never share a name or an address.
 Everything here is plain data plus `ip`/`nft` calls; `NodeAddr` is pure.
@@ -35,6 +41,10 @@ from pathlib import Path
 PREFIX = "na-m"  # host devices and netns names: na-m<K>n<i>, na-m<K>-n<i>
 MAX_CLUSTERS = 200  # 198.18.16.0 .. 198.18.215.0 (/24 each), well inside 198.18.0.0/15
 MAX_NODES = 80  # node i at .1<i>: .11 .. .90
+# The Vagrantfile's routed libvirt network (NODEAGENT_LIBVIRT_NETWORK=routed): the host .1 on
+# libvirt's bridge, the VMs from its DHCP range; next to the clusters' 198.18.16.0 and up.
+ROUTED_VM_NETWORK = "198.18.15.0/24"
+LIBVIRT_BRIDGES = "virbr*"
 LEASES = Path("/run/nodeagent-harness/multinode")  # <K>: the pid holding cluster index K
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 FORWARD_BEFORE = "ip_forward_before"  # under LEASES: the value found by the first cluster
@@ -88,13 +98,19 @@ def guard_table(cluster: int) -> str:
 
 def guard_rules(cluster: int) -> str:
     """An nft script: forwarded packets from a node link may only go to another node link of
-    the same cluster, so nothing a node sends is routed off the machine."""
-    links = f'"{PREFIX}{cluster}n*"'
+    the same cluster or to a VM on the routed libvirt network, and that network's packets only
+    to a node link (of any cluster: every cluster's guard holds this), so nothing a node or that
+    VM sends is routed off the machine."""
+    links, any_links = f'"{PREFIX}{cluster}n*"', f'"{PREFIX}*"'
+    bridges, vms = f'"{LIBVIRT_BRIDGES}"', ROUTED_VM_NETWORK
     table = guard_table(cluster)
     return (
         f"table ip {table} {{\n"
         "  chain forward {\n"
         "    type filter hook forward priority -10; policy accept;\n"
+        f"    iifname {links} oifname {bridges} ip daddr {vms} accept\n"
+        f"    iifname {bridges} ip saddr {vms} oifname {any_links} accept\n"
+        f"    iifname {bridges} ip saddr {vms} drop\n"
         f"    iifname {links} oifname != {links} drop\n"
         f"    oifname {links} iifname != {links} drop\n"
         "  }\n"

@@ -55,6 +55,17 @@ def test_guard_lets_node_links_talk_and_nothing_else_out() -> None:
     assert "hook forward" in rules
 
 
+def test_guard_lets_node_links_and_the_routed_vm_network_reach_each_other_only() -> None:
+    lines = [line.strip() for line in nodenet.guard_rules(3).splitlines()]
+    to_vm = 'iifname "na-m3n*" oifname "virbr*" ip daddr 198.18.15.0/24 accept'
+    from_vm = 'iifname "virbr*" ip saddr 198.18.15.0/24 oifname "na-m*" accept'
+    vm_elsewhere = 'iifname "virbr*" ip saddr 198.18.15.0/24 drop'
+    links_out = 'iifname "na-m3n*" oifname != "na-m3n*" drop'
+    # nft stops at the first verdict: the exceptions come before the drops
+    order = [lines.index(rule) for rule in (to_vm, from_vm, vm_elsewhere, links_out)]
+    assert order == sorted(order), lines
+
+
 def test_a_lease_skips_live_holders_and_takes_a_dead_ones_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
