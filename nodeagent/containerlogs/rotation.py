@@ -1,7 +1,10 @@
 """Container log rotation: the kubelet's container log manager.
 
-Every ``containerLogMonitorInterval`` the manager lists the running containers and asks CRI
-``ContainerStatus`` for each one's log path; a log of ``containerLogMaxSize`` or more is rotated
+Every ``containerLogMonitorInterval`` the manager lists the running containers and reads each
+one's log path, from CRI ``ContainerStatus`` the first time it sees the container and from its
+own memory after that (a container's log path is fixed at its creation; the kubelet asks on every
+pass, some 1,500 calls a minute on a node of 250 pods); a log of ``containerLogMaxSize`` or more
+is rotated
 (at most ``containerLogMaxWorkers`` at once), in the kubelet's order (:func:`plan_rotation` is
 the policy, :class:`RotationManager` the effects):
 
@@ -116,6 +119,8 @@ class RotationManager:
         self._policy = policy
         self._log = log or get_logger("containerlogs")
         self.rotations = 0
+        # container id -> its log path ("" if it has none), for the containers last listed
+        self._log_paths: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -133,6 +138,8 @@ class RotationManager:
         """One pass over the running containers."""
         running = cri.ContainerFilter(state=cri.ContainerStateValue(state=cri.CONTAINER_RUNNING))
         containers = await self._runtime.list_containers(running)
+        listed = {c.id for c in containers}
+        self._log_paths = {k: v for k, v in self._log_paths.items() if k in listed}
         slots = asyncio.Semaphore(self._policy.workers)
 
         async def one(container_id: str) -> None:
@@ -152,11 +159,7 @@ class RotationManager:
 
     async def rotate(self, container_id: str) -> bool:
         """Rotate one container's log if it is due; True when it was rotated."""
-        try:
-            status = (await self._runtime.container_status(container_id)).status
-        except CriNotFound:
-            return False
-        path = status.log_path
+        path = await self._log_path(container_id)
         if not path:
             return False
         size = await asyncio.to_thread(_size, path)
@@ -191,6 +194,18 @@ class RotationManager:
             "Rotated container log", container_id=container_id, path=path, size=size
         )
         return True
+
+    async def _log_path(self, container_id: str) -> str | None:
+        """The container's log path: asked of the runtime once, then remembered until the
+        container is no longer listed running. None when the runtime no longer knows it."""
+        path = self._log_paths.get(container_id)
+        if path is None:
+            try:
+                status = (await self._runtime.container_status(container_id)).status
+            except CriNotFound:
+                return None
+            path = self._log_paths[container_id] = status.log_path
+        return path
 
 
 def rotation_policy(config: Config) -> RotationPolicy:

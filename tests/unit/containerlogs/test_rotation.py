@@ -149,3 +149,25 @@ async def test_a_failed_reopen_undoes_the_rename(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "app").iterdir()) == ["0.log"]
     assert manager.rotations == 0
     assert await manager.rotate(cid)
+
+
+async def test_each_running_containers_log_path_is_asked_of_the_runtime_once(
+    tmp_path: Path,
+) -> None:
+    clock = FrozenClock(dt.datetime(2026, 11, 25, 4, 0, 0, tzinfo=dt.UTC))
+    runtime = FakeRuntime(clock=clock)
+    cid = await start(runtime, tmp_path)
+    log = tmp_path / "app" / "0.log"
+    manager = RotationManager(
+        runtime=runtime, clock=clock, policy=RotationPolicy(max_size=1000, max_files=4)
+    )
+    for _ in range(3):
+        log.write_text("x" * 10)
+        await manager.rotate_all()
+    assert runtime.calls.count("ContainerStatus") == 1
+    assert runtime.calls.count("ListContainers") == 3
+    # still rotated from the remembered path once the log is due
+    log.write_text("x" * 2000)
+    await manager.rotate_all()
+    assert runtime.reopened == [cid]
+    assert runtime.calls.count("ContainerStatus") == 1
