@@ -4,9 +4,8 @@ Every ``containerLogMonitorInterval`` the manager lists the running containers a
 one's log path, from CRI ``ContainerStatus`` the first time it sees the container and from its
 own memory after that (a container's log path is fixed at its creation; the kubelet asks on every
 pass, some 1,500 calls a minute on a node of 250 pods); a log of ``containerLogMaxSize`` or more
-is rotated
-(at most ``containerLogMaxWorkers`` at once), in the kubelet's order (:func:`plan_rotation` is
-the policy, :class:`RotationManager` the effects):
+is rotated (at most ``containerLogMaxWorkers`` at once), in the kubelet's order
+(:func:`plan_rotation` is the policy, :class:`RotationManager` the effects):
 
 1. remove leftovers: ``*.tmp`` from an interrupted compression, and a plain rotated file whose
    ``.gz`` exists;
